@@ -1,0 +1,228 @@
+"""The `agent-engine` command line (Typer).
+
+Every command is thin: it loads Settings once, then calls one function of the package. Imports of
+heavy modules happen inside the commands so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from agent_engine.settings import Settings
+
+app = typer.Typer(
+    name="agent-engine",
+    help="Agent Engine: personal AI agents with schedules, budgets and a run journal.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+knowledge_app = typer.Typer(help="The Knowledge Store stand-in.", no_args_is_help=True)
+schedule_app = typer.Typer(help="Schedules.", no_args_is_help=True)
+app.add_typer(knowledge_app, name="knowledge")
+app.add_typer(schedule_app, name="schedule")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+def _settings() -> Settings:
+    from agent_engine.settings import load_settings
+
+    return load_settings()
+
+
+@app.command()
+def run(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="HTTP port.")] = DEFAULT_PORT,
+    data_dir: Annotated[Path, typer.Option(help="Embedded PostgreSQL and Valkey data.")] = Path(
+        ".agent-engine"
+    ),
+    worker_threads: Annotated[int, typer.Option(help="Worker threads.")] = 4,
+    seed: Annotated[bool, typer.Option(help="Seed the demo users, model and agent.")] = True,
+) -> None:
+    """All in one: embedded servers, migrations, demo seed, then api + worker + clock."""
+    from agent_engine.allinone import run_all
+
+    run_all(
+        _settings(),
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        worker_threads=worker_threads,
+        seed=seed,
+    )
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="HTTP port.")] = DEFAULT_PORT,
+    workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
+) -> None:
+    """The GraphQL API (HTTP and WebSocket), /healthz, /readyz and /metrics."""
+    from agent_engine.api.server import serve as serve_api
+
+    serve_api(_settings(), host=host, port=port, workers=workers)
+
+
+@app.command()
+def worker(
+    processes: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+    threads: Annotated[int, typer.Option(help="Threads per process.")] = 8,
+    queues: Annotated[list[str] | None, typer.Option(help="Only these queues.")] = None,
+) -> None:
+    """A Dramatiq worker: executes runs, scans schedules and reaps stale runs."""
+    from agent_engine.workers.main import run_worker
+
+    run_worker(_settings(), processes=processes, threads=threads, queues=queues)
+
+
+@app.command()
+def clock() -> None:
+    """Sends the schedule tick every few seconds and the reap tick every ~30 s. Safe to run many."""
+    from agent_engine.workers.clock import run_clock
+
+    run_clock(_settings())
+
+
+@app.command()
+def migrate(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "heads",
+) -> None:
+    """Bring the database (DATABASE_URL) to the latest schema."""
+    from agent_engine.db.migrate import upgrade
+
+    settings = _settings()
+    upgrade(settings.require_database_url(), revision)
+    typer.echo(f"migrated to {revision}")
+
+
+@app.command()
+def token(
+    user_id: Annotated[int, typer.Option("--user-id", help="The `sub` claim.")],
+    email: Annotated[str | None, typer.Option(help="`email` claim.")] = None,
+    name: Annotated[str | None, typer.Option(help="`name` claim.")] = None,
+    timezone: Annotated[str | None, typer.Option(help="`zoneinfo` claim (IANA).")] = None,
+    admin: Annotated[bool, typer.Option(help="Grant the agent_admin role.")] = False,
+    ttl: Annotated[str, typer.Option(help="Lifetime: seconds or 30m, 12h, 7d.")] = "12h",
+) -> None:
+    """Print a development token signed with AGENT_ENGINE_JWT_SECRET."""
+    from agent_engine.api.auth import mint_token, parse_ttl
+
+    settings = _settings()
+    if not settings.jwt_secret:
+        typer.echo("AGENT_ENGINE_JWT_SECRET is not set", err=True)
+        raise typer.Exit(2)
+    try:
+        lifetime = parse_ttl(ttl)
+    except ValueError as exc:
+        typer.echo(f"--ttl: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(
+        mint_token(
+            settings.jwt_secret,
+            user_id=user_id,
+            email=email,
+            name=name,
+            timezone=timezone,
+            admin=admin,
+            ttl=lifetime,
+        )
+    )
+
+
+@app.command("export-schema")
+def export_schema(
+    output: Annotated[Path, typer.Option(help="Where to write the SDL; '-' for stdout.")] = Path(
+        "schema/schema.graphql"
+    ),
+) -> None:
+    """Write the GraphQL SDL of the running code."""
+    from agent_engine.api.schema import export_sdl
+
+    sdl = export_sdl()
+    if str(output) == "-":
+        sys.stdout.write(sdl)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(sdl)
+    typer.echo(f"wrote {output}")
+
+
+@knowledge_app.command("import")
+def knowledge_import(
+    paths: Annotated[list[Path], typer.Argument(help="Markdown/text files or folders.")],
+    owner_id: Annotated[
+        int | None, typer.Option("--owner-id", help="Grant to this user only.")
+    ] = None,
+    public: Annotated[bool, typer.Option("--public", help="Visible to everyone.")] = False,
+) -> None:
+    """Import Markdown and text files into the Knowledge Store stand-in."""
+    if (owner_id is None) == (not public):
+        typer.echo("give exactly one of --owner-id N or --public", err=True)
+        raise typer.Exit(2)
+    from agent_engine.knowledge.importer import import_command
+
+    raise typer.Exit(import_command(_settings(), paths, owner_id=owner_id, public=public))
+
+
+@schedule_app.command("preview")
+def schedule_preview(
+    schedule: Annotated[
+        str, typer.Argument(help='Schedule JSON, e.g. {"type":"interval","every_hours":6}')
+    ],
+    timezone: Annotated[str, typer.Option(help="IANA zone of the owner.")] = "UTC",
+    after: Annotated[
+        str | None, typer.Option(help="ISO-8601 instant to start from (default: now).")
+    ] = None,
+    count: Annotated[int, typer.Option(min=1, max=1000, help="How many slots.")] = 5,
+) -> None:
+    """Print the next slots of a schedule, one ISO-8601 timestamp per line."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from agent_engine.domain.schedule import ScheduleError, next_slots, parse_schedule
+
+    def fail(message: str) -> typer.Exit:
+        typer.echo(f"error: {message}", err=True)
+        return typer.Exit(2)
+
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise fail(f"--timezone: unknown time zone {timezone!r}") from exc
+    try:
+        data = json.loads(schedule)
+    except json.JSONDecodeError as exc:
+        raise fail(f"schedule: not valid JSON ({exc.msg})") from exc
+    try:
+        parsed = parse_schedule(data)
+    except ScheduleError as exc:
+        raise fail(str(exc)) from exc
+    if parsed is None:
+        raise fail("schedule: null means manual only; there are no slots")
+    start = datetime.now(UTC)
+    if after is not None:
+        try:
+            start = datetime.fromisoformat(after)
+        except ValueError as exc:
+            raise fail(f"--after: not an ISO-8601 instant: {after!r}") from exc
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=zone)
+    for slot in next_slots(parsed, after=start, zone=zone, count=count):
+        typer.echo(slot.astimezone(zone).isoformat())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

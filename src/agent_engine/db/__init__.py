@@ -1,0 +1,1 @@
+"""Database layer: SQLAlchemy models, engine factory and queries grouped by aggregate."""

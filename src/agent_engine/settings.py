@@ -1,0 +1,115 @@
+"""Configuration from the environment (pydantic-settings).
+
+Loaded once by an entry point (`load_settings()`), never at import time, and passed down.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AGENT_ENGINE_", extra="ignore", populate_by_name=True
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "AGENT_ENGINE_DATABASE_URL"),
+        description="PostgreSQL URL; unset = the embedded server in the data dir (`run` only).",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("REDIS_URL", "AGENT_ENGINE_REDIS_URL"),
+        description="Redis/Valkey URL for the Dramatiq broker; unset = embedded Valkey (`run`).",
+    )
+    broker_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("BROKER_URL", "AGENT_ENGINE_BROKER_URL"),
+        description="amqp://… selects RabbitMQ; otherwise the broker is REDIS_URL.",
+    )
+    data_dir: Path = Field(default=Path(".agent-engine"), description="Embedded servers' data.")
+
+    jwt_secret: str | None = Field(default=None, description="HS256 secret for bearer tokens.")
+    jwt_public_key: str | None = Field(
+        default=None, description="PEM public key (RS256/ES256); replaces the HS256 secret."
+    )
+    jwt_public_key_file: Path | None = Field(default=None, description="File with the PEM key.")
+    jwt_audience: str | None = Field(default=None, description="Required `aud`, if set.")
+    jwt_issuer: str | None = Field(default=None, description="Required `iss`, if set.")
+
+    heartbeat_interval_seconds: float = Field(default=30.0, gt=0)
+    stale_after_seconds: float = Field(default=90.0, gt=0)
+    queued_resend_after_seconds: float = Field(default=60.0, gt=0)
+    queued_fail_after_seconds: float = Field(default=3600.0, gt=0)
+    run_timeout_seconds: float = Field(default=600.0, gt=0, description="Wall clock per run.")
+    model_timeout_seconds: float = Field(default=120.0, gt=0, description="Per model call.")
+    schedule_tick_seconds: float = Field(default=5.0, gt=0)
+    reap_tick_seconds: float = Field(default=30.0, gt=0)
+    schedule_batch_size: int = Field(default=500, ge=1)
+
+    db_pool_size: int = Field(default=10, ge=1)
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    max_query_depth: int = Field(default=12, ge=2)
+    max_aliases: int = Field(default=30, ge=1)
+    max_query_tokens: int = Field(default=2000, ge=10)
+    max_subscriptions_per_connection: int = Field(default=20, ge=1)
+    subscriber_queue_size: int = Field(default=256, ge=1)
+
+    log_format: str = Field(default="auto", description="json | console | auto (tty → console)")
+    log_level: str = Field(default="INFO")
+
+    @field_validator("database_url")
+    @classmethod
+    def _asyncpg_url(cls, value: str | None) -> str | None:
+        return None if value is None else to_asyncpg_url(value)
+
+    @property
+    def heartbeat_interval(self) -> timedelta:
+        return timedelta(seconds=self.heartbeat_interval_seconds)
+
+    @property
+    def stale_after(self) -> timedelta:
+        return timedelta(seconds=self.stale_after_seconds)
+
+    @property
+    def effective_broker_url(self) -> str | None:
+        return self.broker_url or self.redis_url
+
+    def require_database_url(self) -> str:
+        if not self.database_url:
+            raise RuntimeError("DATABASE_URL is not set")
+        return self.database_url
+
+    def jwt_verification_key(self) -> str | None:
+        if self.jwt_public_key:
+            return self.jwt_public_key
+        if self.jwt_public_key_file:
+            return self.jwt_public_key_file.read_text()
+        return None
+
+
+def to_asyncpg_url(url: str) -> str:
+    """Accept the usual `postgresql://` / `postgres://` forms and use the asyncpg driver."""
+    for prefix in (
+        "postgresql+asyncpg://",
+        "postgresql+psycopg://",
+        "postgresql://",
+        "postgres://",
+    ):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    return url
+
+
+def to_libpq_url(url: str) -> str:
+    """The plain `postgresql://` form, for asyncpg.connect and libpq tools."""
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]
