@@ -1,0 +1,190 @@
+"""`agent-engine run`: everything on one machine in one command.
+
+Starts the embedded PostgreSQL and Valkey in the data directory (unless DATABASE_URL / REDIS_URL
+are set), migrates, seeds the demo, then runs the api, a worker and the clock as child processes
+-- the same commands a production deployment runs separately. Ctrl-C stops the children first,
+then the servers; the data stays in the data directory for the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from agent_engine.embedded import EmbeddedServers
+from agent_engine.settings import Settings, to_libpq_url
+
+READY_TIMEOUT_SECONDS = 90.0
+STOP_TIMEOUT_SECONDS = 20.0
+DEV_TOKEN_TTL = timedelta(days=7)
+
+
+def _jwt_secret(settings: Settings, data_dir: Path) -> str:
+    """The configured secret, or one generated once and kept beside the data (tokens survive)."""
+    if settings.jwt_secret:
+        return settings.jwt_secret
+    path = data_dir / "jwt-secret"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def run_all(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    data_dir: Path,
+    worker_threads: int,
+    seed: bool = True,
+) -> None:
+    from agent_engine.api.auth import mint_token
+    from agent_engine.db.engine import create_engine_for_url
+    from agent_engine.db.migrate import upgrade
+    from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
+    from agent_engine.observability.logging import configure_logging
+
+    configure_logging(settings)
+    data_dir = data_dir.resolve()
+    servers = EmbeddedServers(
+        data_dir, database_url=settings.database_url, redis_url=settings.redis_url
+    )
+    print(f"agent-engine: starting servers (data in {data_dir}) …", flush=True)
+    servers.start()
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        database_url = to_libpq_url(servers.database_url)
+        upgrade(database_url)
+        secret = _jwt_secret(settings, data_dir)
+        if seed:
+
+            async def _seed() -> None:
+                engine = create_engine_for_url(database_url, pool_size=2)
+                try:
+                    await seed_demo(engine, now=datetime.now(UTC))
+                finally:
+                    await engine.dispose()
+
+            asyncio.run(_seed())
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": servers.redis_url,
+            "AGENT_ENGINE_JWT_SECRET": secret,
+        }
+        cli = [sys.executable, "-m", "agent_engine.cli"]
+        for args in (
+            ["serve", "--host", host, "--port", str(port)],
+            ["worker", "--processes", "1", "--threads", str(worker_threads)],
+            ["clock"],
+        ):
+            # Own sessions: Ctrl-C reaches us once, and we stop the children in order.
+            children.append(subprocess.Popen([*cli, *args], env=env, start_new_session=True))
+        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        _wait_ready(base, children)
+        tokens = {
+            "owner": mint_token(
+                secret,
+                user_id=DEMO_OWNER_ID,
+                email="owner@example.com",
+                name="Demo Owner",
+                timezone="UTC",
+                admin=False,
+                ttl=DEV_TOKEN_TTL,
+            ),
+            "admin": mint_token(
+                secret,
+                user_id=DEMO_ADMIN_ID,
+                email="admin@example.com",
+                name="Demo Admin",
+                timezone="UTC",
+                admin=True,
+                ttl=DEV_TOKEN_TTL,
+            ),
+        }
+        _print_banner(base, tokens)
+        _supervise(children)
+    finally:
+        _stop(children)
+        servers.stop()
+        print("agent-engine: stopped; data kept in", data_dir, flush=True)
+
+
+def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        for child in children:
+            if child.poll() is not None:
+                raise SystemExit(f"agent-engine: {child.args[3]} exited with {child.returncode}")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit("agent-engine: the api did not become ready in time")
+
+
+def _print_banner(base: str, tokens: dict[str, str]) -> None:
+    lines = [
+        "",
+        "Agent Engine is running.",
+        f"  GraphiQL:  {base}/graphql",
+        f"  Health:    {base}/readyz    Metrics: {base}/metrics",
+        "",
+        "Paste one of these into GraphiQL's Headers tab:",
+        f'  demo owner:  {{"Authorization": "Bearer {tokens["owner"]}"}}',
+        "",
+        f'  demo admin:  {{"Authorization": "Bearer {tokens["admin"]}"}}',
+        "",
+        "Press Ctrl-C to stop (data is kept for the next start).",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def _supervise(children: list[subprocess.Popen[bytes]]) -> None:
+    stop = False
+
+    def _request_stop(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop:
+            for child in children:
+                if child.poll() is not None:
+                    print(
+                        f"agent-engine: {child.args[3]} exited with {child.returncode}; stopping",
+                        flush=True,
+                    )
+                    return
+            time.sleep(0.3)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()

@@ -1,0 +1,130 @@
+"""Prometheus metrics for `/metrics`.
+
+Two kinds, deliberately:
+- Cluster-wide facts read from PostgreSQL at scrape time (runs by state and reason, tokens spent,
+  run duration quantiles, scheduler lag, stale runs reaped). The journal is the source of truth
+  and any api replica reports the same numbers, however many workers ran the runs. Every query is
+  bounded by an index (the budget window on `finished_at`, the partial unfinished-run index, the
+  due-scan index), so a scrape stays cheap on a large journal.
+- Process-local instruments of the api (active subscriptions, GraphQL requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# Runs finished this long ago still count in the "recent" families.
+RECENT_WINDOW = "1 hour"
+
+REGISTRY = CollectorRegistry()
+ACTIVE_SUBSCRIPTIONS = Gauge(
+    "agent_engine_active_subscriptions",
+    "GraphQL subscriptions open on this api process.",
+    registry=REGISTRY,
+)
+GRAPHQL_REQUESTS = Counter(
+    "agent_engine_graphql_requests",
+    "GraphQL operations executed by this api process, by outcome.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+_SNAPSHOT_SQL = text(
+    f"""
+    WITH recent AS (
+        SELECT state, reason, tokens_used,
+               EXTRACT(EPOCH FROM finished_at - started_at) AS seconds
+        FROM agent_runs
+        WHERE finished_at >= now() - interval '{RECENT_WINDOW}'
+    )
+    SELECT 'finished' AS kind, state, reason, count(*)::float8 AS value FROM recent
+        GROUP BY state, reason
+    UNION ALL
+    SELECT 'unfinished', state, NULL, count(*)::float8 FROM agent_runs
+        WHERE state IN ('queued', 'running') GROUP BY state
+    UNION ALL
+    SELECT 'tokens', NULL, NULL, coalesce(sum(tokens_used), 0)::float8 FROM recent
+    UNION ALL
+    SELECT 'duration_q', NULL, q::text,
+           coalesce(percentile_cont(q) WITHIN GROUP (ORDER BY seconds), 0)::float8
+        FROM recent, unnest(ARRAY[0.5, 0.9, 0.99]) AS q
+        WHERE seconds IS NOT NULL GROUP BY q
+    UNION ALL
+    SELECT 'lag', NULL, NULL,
+           coalesce(EXTRACT(EPOCH FROM now() - min(next_run_at)), 0)::float8
+        FROM agents WHERE next_run_at IS NOT NULL AND next_run_at <= now()
+    """
+)
+
+
+async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
+    """Read the cluster-wide families in one statement."""
+    finished = GaugeMetricFamily(
+        "agent_engine_runs_finished_recent",
+        f"Runs that reached a terminal state in the last {RECENT_WINDOW}, by state and reason.",
+        labels=["state", "reason"],
+    )
+    unfinished = GaugeMetricFamily(
+        "agent_engine_runs_unfinished", "Runs queued or running now.", labels=["state"]
+    )
+    tokens = GaugeMetricFamily(
+        "agent_engine_tokens_spent_recent",
+        f"Tokens spent by runs finished in the last {RECENT_WINDOW}.",
+    )
+    duration = GaugeMetricFamily(
+        "agent_engine_run_duration_seconds",
+        f"Run duration quantiles over runs finished in the last {RECENT_WINDOW}.",
+        labels=["quantile"],
+    )
+    lag = GaugeMetricFamily(
+        "agent_engine_scheduler_lag_seconds",
+        "now - the oldest due next_run_at (0 when nothing is due): the scheduler's delay.",
+    )
+    stale = GaugeMetricFamily(
+        "agent_engine_stale_runs_reaped_recent",
+        f"Runs the reaper failed as stale in the last {RECENT_WINDOW}.",
+    )
+    for unfinished_state in ("queued", "running"):
+        unfinished.add_metric([unfinished_state], 0.0)
+    stale_count = 0.0
+    lag_seconds = 0.0
+    token_total = 0.0
+    for kind, state, reason, value in await conn.execute(_SNAPSHOT_SQL):
+        if kind == "finished":
+            finished.add_metric([state, reason or ""], value)
+            if state == "failed" and reason == "stale":
+                stale_count = value
+        elif kind == "unfinished":
+            unfinished.add_metric([state], value)
+        elif kind == "tokens":
+            token_total = value
+        elif kind == "duration_q":
+            duration.add_metric([reason], value)
+        elif kind == "lag":
+            lag_seconds = max(0.0, value)
+    tokens.add_metric([], token_total)
+    lag.add_metric([], lag_seconds)
+    stale.add_metric([], stale_count)
+    return [finished, unfinished, tokens, duration, lag, stale]
+
+
+class _Snapshot:
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self._metrics = list(metrics)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
+
+
+def render(database_metrics: Iterable[Metric]) -> bytes:
+    """The exposition text: the process registry plus a database snapshot."""
+    registry = CollectorRegistry()
+    registry.register(_Snapshot(database_metrics))
+    return generate_latest(REGISTRY) + generate_latest(registry)

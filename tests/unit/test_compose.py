@@ -1,0 +1,46 @@
+"""docker-compose.yml runs only commands (and options) the CLI really has."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer.main
+import yaml
+
+from agent_engine.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose_commands() -> dict[str, list[str]]:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    entrypoint = re.search(r'^ENTRYPOINT \["([^"]+)"\]', dockerfile, re.M)
+    default_cmd = re.search(r"^CMD (\[.*\])", dockerfile, re.M)
+    assert entrypoint and entrypoint.group(1) == "agent-engine"
+    assert default_cmd
+    commands = {"(image default)": yaml.safe_load(default_cmd.group(1))}
+    for name, service in compose["services"].items():
+        uses_our_image = service.get("build") or service.get("image", "").startswith("agent-engine")
+        if uses_our_image and "command" in service:
+            commands[name] = service["command"]
+    return commands
+
+
+def test_compose_has_every_role() -> None:
+    commands = _compose_commands()
+    assert {"migrate", "api", "worker", "clock"} <= set(commands)
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert {"postgres", "redis"} <= set(compose["services"])
+
+
+@pytest.mark.parametrize(("service", "argv"), sorted(_compose_commands().items()))
+def test_compose_command_exists_in_the_cli(service: str, argv: list[str]) -> None:
+    root = typer.main.get_command(app)
+    with root.make_context("agent-engine", [argv[0], "--help"], resilient_parsing=True) as ctx:
+        command = root.get_command(ctx, argv[0])  # type: ignore[attr-defined]
+        assert command is not None, f"{service}: `agent-engine {argv[0]}` does not exist"
+        # Parsing validates every option and argument without running the command.
+        command.make_context(argv[0], list(argv[1:]), parent=ctx)
