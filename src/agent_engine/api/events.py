@@ -1,0 +1,264 @@
+"""Run events: one `LISTEN agent_run_events` connection per api process, fanned out in process.
+
+The NOTIFY trigger on `agent_runs` sends ids and states only. For each notification the hub loads
+the run row once (a burst is loaded in one statement), whatever the number of subscribers, and
+hands every subscriber whose viewer may see the run an event that shows the state of *its*
+transition with its previous state -- not whatever the row holds by the time it is delivered.
+
+Subscribers have bounded queues: one that falls behind by more than its queue is closed with an
+error rather than allowed to grow memory (a client re-queries the journal after reconnecting).
+The listener reconnects after the database goes away; events committed while it was away are not
+replayed (the stream is live, DESIGN §7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import structlog
+
+from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
+from agent_engine.settings import to_libpq_url
+
+CHANNEL = "agent_run_events"
+RECONNECT_DELAY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+# Fields that only exist once a run reached a later state than the event shows.
+_LATER_FIELDS_BY_STATE = {
+    "queued": ("started_at", "finished_at", "heartbeat_at", "output", "error", "reason"),
+    "running": ("finished_at", "output", "error", "reason"),
+}
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    run: dict[str, Any]
+    previous_state: str | None
+    owner_id: int
+
+    @property
+    def state(self) -> str:
+        return str(self.run["state"])
+
+    @property
+    def agent_id(self) -> int:
+        return int(self.run["agent_id"])
+
+
+class SubscriberTooSlow(Exception):
+    """The subscriber's queue overflowed; the subscription ends, the client re-queries."""
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One subscription: which runs it may see and its bounded queue."""
+
+    owner_id: int | None  # None: an admin, sees every owner's runs
+    agent_id: int | None
+    queue: asyncio.Queue[RunEvent | Exception] = field(repr=False)
+    _hub: RunEventHub | None = field(default=None, repr=False)
+    closed: bool = False
+
+    def wants(self, owner_id: int, agent_id: int) -> bool:
+        if self.owner_id is not None and owner_id != self.owner_id:
+            return False
+        return self.agent_id is None or agent_id == self.agent_id
+
+    def offer(self, event: RunEvent) -> None:
+        if self.closed:
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            # Make room for the terminal error so the reader learns why the stream ended.
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+            self.queue.put_nowait(SubscriberTooSlow("subscriber fell behind; re-query the journal"))
+            self.close()
+
+    async def events(self) -> AsyncIterator[RunEvent]:
+        try:
+            while True:
+                item = await self.queue.get()
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self._hub is not None:
+                self._hub._remove(self)
+
+
+class RunEventHub:
+    def __init__(self, database_url: str, *, queue_size: int = 256) -> None:
+        self._dsn = to_libpq_url(database_url)
+        self._queue_size = queue_size
+        self._subscribers: set[Subscriber] = set()
+        self._notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listening = asyncio.Event()
+        self._loader: asyncpg.Connection | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._listen_forever(), name="run-events-listen"),
+            asyncio.create_task(self._dispatch_forever(), name="run-events-dispatch"),
+        ]
+
+    async def wait_listening(self) -> None:
+        await self._listening.wait()
+
+    @property
+    def listening(self) -> bool:
+        return self._listening.is_set()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._loader is not None:
+            with contextlib.suppress(Exception):
+                await self._loader.close()
+            self._loader = None
+        for subscriber in list(self._subscribers):
+            subscriber.close()
+
+    # -- subscribers -------------------------------------------------------------------------
+
+    def subscribe(self, *, owner_id: int | None, agent_id: int | None = None) -> Subscriber:
+        subscriber = Subscriber(owner_id, agent_id, asyncio.Queue(self._queue_size), self)
+        self._subscribers.add(subscriber)
+        ACTIVE_SUBSCRIPTIONS.inc()
+        return subscriber
+
+    def _remove(self, subscriber: Subscriber) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.discard(subscriber)
+            ACTIVE_SUBSCRIPTIONS.dec()
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    # -- listening ---------------------------------------------------------------------------
+
+    async def _listen_forever(self) -> None:
+        attempt = 0
+        while True:
+            lost = asyncio.Event()
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self._dsn)
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._on_notify)
+                self._listening.set()
+                if attempt:
+                    log.info("run events listener reconnected", attempts=attempt)
+                attempt = 0
+                while not lost.is_set():
+                    # Terminations are not always reported (e.g. a half-open socket): probe.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), 5.0)
+                    if not lost.is_set():
+                        await asyncio.wait_for(conn.execute("SELECT 1"), 5.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("run events listener lost the database", error=str(exc))
+            finally:
+                self._listening.clear()
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close(timeout=1)
+            await asyncio.sleep(
+                RECONNECT_DELAY_SECONDS[min(attempt, len(RECONNECT_DELAY_SECONDS) - 1)]
+            )
+            attempt += 1
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            self._notifications.put_nowait(json.loads(payload))
+        except ValueError:
+            log.warning("ignored a malformed run event", payload=payload[:200])
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    async def _dispatch_forever(self) -> None:
+        while True:
+            batch = [await self._notifications.get()]
+            while not self._notifications.empty():
+                batch.append(self._notifications.get_nowait())
+            try:
+                await self._dispatch(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("run events dispatch failed", error=str(exc), events=len(batch))
+
+    async def _dispatch(self, batch: list[dict[str, Any]]) -> None:
+        wanted = [
+            note
+            for note in batch
+            if any(s.wants(int(note["owner_id"]), int(note["agent_id"])) for s in self._subscribers)
+        ]
+        if not wanted:
+            return
+        rows = await self._load_runs(sorted({int(note["run_id"]) for note in wanted}))
+        for note in wanted:
+            row = rows.get(int(note["run_id"]))
+            if row is None:  # deleted with its agent meanwhile
+                continue
+            event = RunEvent(
+                run=_as_of(row, str(note["state"])),
+                previous_state=note.get("previous_state"),
+                owner_id=int(note["owner_id"]),
+            )
+            for subscriber in list(self._subscribers):
+                if subscriber.wants(event.owner_id, event.agent_id):
+                    subscriber.offer(event)
+
+    async def _load_runs(self, run_ids: list[int]) -> dict[int, dict[str, Any]]:
+        for attempt in range(2):
+            try:
+                if self._loader is None or self._loader.is_closed():
+                    self._loader = await asyncpg.connect(self._dsn)
+                records = await self._loader.fetch(
+                    "SELECT * FROM agent_runs WHERE id = ANY($1::bigint[])", run_ids
+                )
+                return {int(r["id"]): dict(r) for r in records}
+            except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError):
+                if self._loader is not None:
+                    with contextlib.suppress(Exception):
+                        await self._loader.close(timeout=1)
+                self._loader = None
+                if attempt:
+                    raise
+        return {}
+
+
+def _as_of(row: dict[str, Any], state: str) -> dict[str, Any]:
+    """The row as it was at the transition: the event's state, later fields blanked."""
+    if row["state"] == state:
+        return row
+    shown = dict(row, state=state)
+    for name in _LATER_FIELDS_BY_STATE.get(state, ()):
+        shown[name] = None
+    if state == "queued":
+        shown["tokens_used"] = 0
+    return shown
