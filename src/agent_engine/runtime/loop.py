@@ -1,0 +1,285 @@
+"""The agent loop of one run (DESIGN §5), independent of queues and the run journal.
+
+System prompt = the platform layer, then the owner's prompt. Offered tools = the three core
+Knowledge Store tools plus the run's allowed optional tools. Model call → tool calls → results →
+model call, until the model answers without tool calls (succeeded) or the iteration cap is hit
+(failed/iteration_cap, the text so far kept). A provider error or timeout ends the run
+failed/error; a tool error or an unknown tool name goes back to the model as the tool's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.db.platform import zone_or_utc
+from agent_engine.knowledge.postgres import PostgresKnowledgeStore
+from agent_engine.knowledge.store import KnowledgeStore
+from agent_engine.runtime.context import ModelSpec, RunContext
+from agent_engine.runtime.providers.base import (
+    Message,
+    ModelProvider,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolCall,
+)
+from agent_engine.runtime.providers.builtin import BuiltinProvider
+from agent_engine.runtime.providers.openai_provider import OpenAIProvider
+from agent_engine.runtime.tools.registry import (
+    ToolCallContext,
+    ToolError,
+    ToolSpec,
+    core_tools,
+    optional_tools,
+    validate_arguments,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_TIMEOUT_SECONDS = 120.0
+DEFAULT_TOOL_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
+DEFAULT_MAX_TOOL_RESULT_CHARS = 20_000
+MAX_ERROR_CHARS = 2_000
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+REASON_ITERATION_CAP = "iteration_cap"
+REASON_ERROR = "error"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    state: str  # "succeeded" | "failed"
+    reason: str | None  # None | "iteration_cap" | "error"
+    output: str | None
+    error: str | None
+    tokens_used: int
+
+
+def truncate(text: str, limit: int) -> str:
+    """At most `limit` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n… [truncated {len(text) - limit} characters]"
+    keep = max(limit - len(marker), 0)
+    return (text[:keep] + marker)[:limit]
+
+
+def compose_system_prompt(platform_prompt: str, owner_prompt: str) -> str:
+    """The platform layer first, the owner's layer beneath it."""
+    return "\n\n".join(p.strip() for p in (platform_prompt, owner_prompt) if p and p.strip())
+
+
+class Runtime:
+    """Executes runs. One per process and event loop (like the AsyncEngine it reads through);
+    model clients are cached per endpoint and closed by `aclose()` / `async with`."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        knowledge: KnowledgeStore | None = None,
+        model_timeout_seconds: float = DEFAULT_MODEL_TIMEOUT_SECONDS,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS,
+        tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
+    ) -> None:
+        self._engine = engine
+        self._knowledge: KnowledgeStore = knowledge or PostgresKnowledgeStore(engine)
+        self._model_timeout_seconds = model_timeout_seconds
+        self._max_output_chars = max_output_chars
+        self._max_tool_result_chars = max_tool_result_chars
+        self._tool_timeout_seconds = tool_timeout_seconds
+        # (base_url, api_key_env) -> (api key it was made with, provider)
+        self._openai: dict[tuple[str | None, str | None], tuple[str, OpenAIProvider]] = {}
+        self._retired: list[OpenAIProvider] = []
+        self._builtin = BuiltinProvider()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        providers = [provider for _, provider in self._openai.values()] + self._retired
+        self._openai.clear()
+        self._retired = []
+        for provider in providers:
+            await provider.aclose()
+
+    def toolset(self, ctx: RunContext) -> dict[str, ToolSpec]:
+        """Core tools, then the run's optional tools that the registry still has."""
+        tools = core_tools()
+        registered = optional_tools()
+        for name in ctx.optional_tools:
+            if name in registered and name not in tools:
+                tools[name] = registered[name]
+        return tools
+
+    async def execute(
+        self,
+        ctx: RunContext,
+        *,
+        now: datetime,
+        on_tokens: Callable[[int], None] | None = None,
+    ) -> RunOutcome:
+        tokens = 0
+        texts: list[str] = []
+
+        def partial() -> str | None:
+            joined = "\n\n".join(texts).strip()
+            return truncate(joined, self._max_output_chars) if joined else None
+
+        def failed(reason: str, error: str) -> RunOutcome:
+            return RunOutcome(FAILED, reason, partial(), truncate(error, MAX_ERROR_CHARS), tokens)
+
+        try:
+            provider = await self._provider(ctx.model)
+            tools = self.toolset(ctx)
+            schemas = [spec.openai_schema() for spec in tools.values()]
+            tool_ctx = ToolCallContext(
+                run_id=ctx.run_id,
+                agent_id=ctx.agent_id,
+                owner_id=ctx.owner_id,
+                owner_timezone=ctx.owner_timezone,
+                now=now,
+                knowledge=self._knowledge,
+                engine=self._engine,
+            )
+            messages = self._opening(ctx, now)
+            cap = max(ctx.iteration_cap, 1)
+            for iteration in range(1, cap + 1):
+                request = ModelRequest(
+                    model=ctx.model.model,
+                    messages=list(messages),
+                    tools=schemas,
+                    owner_prompt=ctx.prompt,
+                )
+                try:
+                    reply = await provider.complete(request)
+                except ProviderError as exc:
+                    return failed(REASON_ERROR, str(exc))
+                tokens += max(reply.tokens_used, 0)
+                if on_tokens is not None:
+                    on_tokens(tokens)
+                if reply.content and reply.content.strip():
+                    texts.append(reply.content.strip())
+                if not reply.tool_calls:
+                    output = truncate(reply.content or "", self._max_output_chars)
+                    return RunOutcome(SUCCEEDED, None, output, None, tokens)
+                if iteration == cap:
+                    break
+                messages.append(_assistant_message(reply))
+                for call in reply.tool_calls:
+                    result = await self._call_tool(tools, call, tool_ctx)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+            return failed(
+                REASON_ITERATION_CAP,
+                f"no final answer after {cap} model calls (the platform's iteration cap)",
+            )
+        except ProviderError as exc:
+            return failed(REASON_ERROR, str(exc))
+        except Exception as exc:
+            log.exception("run %s failed inside the runtime", ctx.run_id)
+            return failed(REASON_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _opening(self, ctx: RunContext, now: datetime) -> list[Message]:
+        zone = zone_or_utc(ctx.owner_timezone)
+        local = now.astimezone(zone).isoformat(timespec="minutes")
+        return [
+            {"role": "system", "content": compose_system_prompt(ctx.platform_prompt, ctx.prompt)},
+            {
+                "role": "user",
+                "content": (
+                    f"Run started at {local} ({zone.key}). Carry out your instructions now:"
+                    " use the tools where they help, then give your final answer."
+                ),
+            },
+        ]
+
+    async def _provider(self, model: ModelSpec) -> ModelProvider:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._openai:
+                # Their connections belong to the other loop and cannot be closed from here.
+                raise RuntimeError("a Runtime serves one event loop; create one per loop")
+            self._loop = loop
+        if model.provider == "builtin":
+            return self._builtin
+        if model.provider != "openai":
+            raise ProviderError(f"unknown model provider {model.provider!r}")
+        key = (model.base_url, model.api_key_env)
+        api_key = os.environ.get(model.api_key_env or "", "") if model.api_key_env else ""
+        cached = self._openai.get(key)
+        if cached is not None and cached[0] == api_key:
+            return cached[1]
+        if cached is not None:
+            # The key was rotated. Runs in flight may still use the old client: close it later.
+            self._retired.append(cached[1])
+        provider = OpenAIProvider(
+            base_url=model.base_url,
+            api_key_env=model.api_key_env,
+            timeout_seconds=self._model_timeout_seconds,
+        )
+        self._openai[key] = (api_key, provider)
+        return provider
+
+    async def _call_tool(
+        self, tools: dict[str, ToolSpec], call: ToolCall, tool_ctx: ToolCallContext
+    ) -> str:
+        spec = tools.get(call.name)
+        if spec is None:
+            return (
+                f"error: unknown tool '{call.name}'; the available tools are"
+                f" {', '.join(sorted(tools))}"
+            )
+        try:
+            raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return f"error: the arguments are not valid JSON ({exc.msg})"
+        try:
+            arguments = validate_arguments(spec.parameters, raw)
+            async with asyncio.timeout(self._tool_timeout_seconds):
+                result = await spec.handler(tool_ctx, arguments)
+        except ToolError as exc:
+            return truncate(f"error: {exc}", self._max_tool_result_chars)
+        except TimeoutError:
+            return f"error: {call.name} timed out after {self._tool_timeout_seconds:g} s"
+        except Exception as exc:
+            # Details may hold internals (SQL); they go to the log, not to the model.
+            log.warning("tool %s failed in run %s", call.name, tool_ctx.run_id, exc_info=True)
+            return f"error: {call.name} failed ({type(exc).__name__})"
+        return truncate(str(result), self._max_tool_result_chars)
+
+
+def _assistant_message(reply: ModelReply) -> Message:
+    return {
+        "role": "assistant",
+        "content": reply.content,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in reply.tool_calls
+        ],
+    }

@@ -1,0 +1,61 @@
+"""The model-provider interface the loop talks to.
+
+Messages and tools use the Chat Completions shapes (`{"role": ..., "content": ...}`, function
+tools), the lingua franca of OpenAI-compatible servers; each provider maps them as it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+# Rough tokens-per-character ratio for English text; used where a provider reports no usage.
+CHARS_PER_TOKEN = 4
+
+
+class ProviderError(Exception):
+    """A model call failed (HTTP error, timeout, unreachable, malformed reply). The message is
+    meant for the run journal's `error` column: what failed and where, never the API key."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the raw JSON text the model produced; the loop parses it
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    model: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    # The owner's prompt layer, for providers that need it outside the composed system prompt
+    # (the builtin model searches for it). Real LLMs read the messages.
+    owner_prompt: str = ""
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tokens_used: int = 0
+    raw_usage: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelProvider(Protocol):
+    async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def estimate_tokens(*parts: object) -> int:
+    """A deterministic usage estimate (~4 characters a token) for replies without usage."""
+    chars = 0
+    for part in parts:
+        chars += len(part) if isinstance(part, str) else len(json.dumps(part, default=str))
+    return math.ceil(chars / CHARS_PER_TOKEN)

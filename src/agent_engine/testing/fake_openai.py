@@ -1,0 +1,332 @@
+"""A real local HTTP server speaking the OpenAI Chat Completions protocol, with scripted replies.
+
+It runs uvicorn + Starlette on 127.0.0.1 (a free port) in a background thread with its own event
+loop, so it works the same from plain sync code and from inside a running asyncio loop::
+
+    with FakeOpenAIServer() as server:               # or: async with FakeOpenAIServer() as server
+        server.enqueue(tool_reply(FakeToolCall("search_knowledge", {"query": "vpn"})),
+                       text_reply("Done."))
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+        ...
+        assert server.request_count == 2
+        assert server.requests[1]["messages"][-1]["role"] == "tool"
+
+Which reply a request gets: the next queued reply (`enqueue`, or `script([...])`), else the
+script function's answer (`script(fn)`, fn(request_json) -> FakeReply | str | dict), else the
+default: an instant "ok" with usage, which is what benchmarks want.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+STARTUP_TIMEOUT_SECONDS = 10.0
+SHUTDOWN_TIMEOUT_SECONDS = 10.0
+GRACEFUL_SHUTDOWN_SECONDS = 1
+DELAY_SLICE_SECONDS = 0.02  # how often a slow reply checks whether the server is stopping
+FAKE_CREATED = 1_700_000_000  # a fixed `created` stamp: replies do not depend on the clock
+FAKE_MODEL_ID = "fake-model"
+
+
+@dataclass(frozen=True)
+class FakeToolCall:
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str | None = None  # generated ("call_<request>_<n>") when None
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    """One scripted reply: a final text, tool calls, or an HTTP error; optionally slow."""
+
+    content: str | None = None
+    tool_calls: Sequence[FakeToolCall] = ()
+    status: int = 200
+    error_message: str = "scripted failure"
+    delay_seconds: float = 0.0
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    include_usage: bool = True
+    # Tells the SDK how long to wait before retrying an error; keeps retry tests fast.
+    retry_after_ms: int | None = 10
+
+
+def text_reply(content: str, **kwargs: Any) -> FakeReply:
+    return FakeReply(content=content, **kwargs)
+
+
+def tool_reply(*calls: FakeToolCall, content: str | None = None, **kwargs: Any) -> FakeReply:
+    return FakeReply(content=content, tool_calls=calls, **kwargs)
+
+
+def error_reply(status: int = 500, message: str = "scripted failure", **kwargs: Any) -> FakeReply:
+    return FakeReply(status=status, error_message=message, **kwargs)
+
+
+INSTANT_REPLY = FakeReply(content="ok")
+
+ScriptResult = FakeReply | str | dict[str, Any]
+Script = Callable[[dict[str, Any]], ScriptResult]
+
+
+class FakeOpenAIServer:
+    def __init__(self, *, default: FakeReply = INSTANT_REPLY) -> None:
+        self.default = default
+        self._lock = threading.Lock()
+        self._queue: deque[ScriptResult] = deque()
+        self._script: Script | None = None
+        self._requests: list[dict[str, Any]] = []
+        self._headers: list[dict[str, str]] = []
+        self._counter = itertools.count(1)
+        self._stopping = threading.Event()
+        self._socket: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+
+    # --- scripting -----------------------------------------------------------------------------
+
+    def script(self, fn_or_replies: Script | Iterable[ScriptResult]) -> FakeOpenAIServer:
+        """A function deciding each reply from the request JSON, or a list of canned replies."""
+        if callable(fn_or_replies):
+            with self._lock:
+                self._script = fn_or_replies
+        else:
+            self.enqueue(*fn_or_replies)
+        return self
+
+    def enqueue(self, *replies: ScriptResult) -> FakeOpenAIServer:
+        with self._lock:
+            self._queue.extend(replies)
+        return self
+
+    def reset(self) -> None:
+        """Forget the script, the queue and the recorded requests."""
+        with self._lock:
+            self._queue.clear()
+            self._script = None
+            self._requests.clear()
+            self._headers.clear()
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat-completion requests received, in order (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        with self._lock:
+            return list(self._headers)
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self._requests)
+
+    @property
+    def pending_replies(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the fake server is not started")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAIServer:
+        if self._thread is not None:
+            raise RuntimeError("the fake server is already started")
+        self._stopping.clear()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self._socket = sock
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app(),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the fake OpenAI server did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(SHUTDOWN_TIMEOUT_SECONDS)
+            if self._thread.is_alive() and self._server is not None:
+                self._server.force_exit = True
+                self._thread.join(SHUTDOWN_TIMEOUT_SECONDS)
+        if self._socket is not None:
+            self._socket.close()
+        self._thread = self._server = self._socket = None
+        self.port = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+    # --- the HTTP side (runs in the server thread) ---------------------------------------------
+
+    def _app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": FAKE_MODEL_ID,
+                        "object": "model",
+                        "created": FAKE_CREATED,
+                        "owned_by": "fake",
+                    }
+                ],
+            }
+        )
+
+    async def _chat_completions(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "the request body is not JSON", "invalid_request_error")
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object", "invalid_request_error")
+        with self._lock:
+            self._requests.append(body)
+            self._headers.append(dict(request.headers))
+            number = next(self._counter)
+            queued = self._queue.popleft() if self._queue else None
+            script = self._script
+        if body.get("stream"):
+            return _error(400, "FakeOpenAIServer does not stream", "invalid_request_error")
+        result: ScriptResult = (
+            queued if queued is not None else script(body) if script else self.default
+        )
+        if isinstance(result, dict):
+            return JSONResponse(result)
+        reply = FakeReply(content=result) if isinstance(result, str) else result
+        await self._sleep(reply.delay_seconds)
+        if reply.status >= 400:
+            headers = {}
+            if reply.retry_after_ms is not None:
+                headers["retry-after-ms"] = str(reply.retry_after_ms)
+            kind = "server_error" if reply.status >= 500 else "invalid_request_error"
+            return _error(reply.status, reply.error_message, kind, headers)
+        return JSONResponse(_completion(body, reply, number), status_code=reply.status)
+
+    async def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            await asyncio.sleep(min(remaining, DELAY_SLICE_SECONDS))
+
+
+def _error(
+    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": None}},
+        status_code=status,
+        headers=dict(headers or {}),
+    )
+
+
+def _completion(request: dict[str, Any], reply: FakeReply, number: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id or f"call_{number}_{index}",
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": call.arguments
+                    if isinstance(call.arguments, str)
+                    else json.dumps(dict(call.arguments)),
+                },
+            }
+            for index, call in enumerate(reply.tool_calls)
+        ]
+    completion: dict[str, Any] = {
+        "id": f"chatcmpl-fake-{number}",
+        "object": "chat.completion",
+        "created": FAKE_CREATED,
+        "model": request.get("model", FAKE_MODEL_ID),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                "logprobs": None,
+            }
+        ],
+    }
+    if reply.include_usage:
+        completion["usage"] = {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        }
+    return completion
