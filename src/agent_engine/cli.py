@@ -38,6 +38,24 @@ def _settings() -> Settings:
     return load_settings()
 
 
+def _attached_settings() -> Settings:
+    """Settings for a one-off command. Without DATABASE_URL, attach to the embedded PostgreSQL
+    that `agent-engine run` keeps in the data dir, if it is running; without a JWT secret, use the
+    one `run` generated there. So `knowledge import` and `token` work beside `make run`."""
+    from agent_engine.embedded import EmbeddedPostgres
+
+    settings = _settings()
+    updates: dict[str, object] = {}
+    if not settings.database_url:
+        postgres = EmbeddedPostgres(settings.data_dir / "postgres")
+        if postgres.attach():
+            updates["database_url"] = postgres.url
+    secret_file = settings.data_dir / "jwt-secret"
+    if not settings.jwt_secret and secret_file.exists():
+        updates["jwt_secret"] = secret_file.read_text().strip()
+    return settings.model_copy(update=updates) if updates else settings
+
+
 @app.command()
 def run(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
@@ -100,8 +118,11 @@ def migrate(
     """Bring the database (DATABASE_URL) to the latest schema."""
     from agent_engine.db.migrate import upgrade
 
-    settings = _settings()
-    upgrade(settings.require_database_url(), revision)
+    settings = _attached_settings()
+    if not settings.database_url:
+        typer.echo("DATABASE_URL is not set (and no embedded server is running)", err=True)
+        raise typer.Exit(2)
+    upgrade(settings.database_url, revision)
     typer.echo(f"migrated to {revision}")
 
 
@@ -117,7 +138,7 @@ def token(
     """Print a development token signed with AGENT_ENGINE_JWT_SECRET."""
     from agent_engine.api.auth import mint_token, parse_ttl
 
-    settings = _settings()
+    settings = _attached_settings()
     if not settings.jwt_secret:
         typer.echo("AGENT_ENGINE_JWT_SECRET is not set", err=True)
         raise typer.Exit(2)
@@ -171,7 +192,15 @@ def knowledge_import(
         raise typer.Exit(2)
     from agent_engine.knowledge.importer import import_command
 
-    raise typer.Exit(import_command(_settings(), paths, owner_id=owner_id, public=public))
+    settings = _attached_settings()
+    if not settings.database_url:
+        typer.echo(
+            "DATABASE_URL is not set and no embedded server is running in "
+            f"{settings.data_dir} (start one with `make run`)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    raise typer.Exit(import_command(settings, paths, owner_id=owner_id, public=public))
 
 
 @schedule_app.command("preview")

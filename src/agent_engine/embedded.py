@@ -118,6 +118,15 @@ class EmbeddedPostgres:
         wait_for_port(self.host, self.port, START_TIMEOUT_SECONDS)
         return self.url
 
+    def attach(self) -> bool:
+        """Use a server already running in `data_dir` (started by another process)."""
+        self.data_dir = self.data_dir.resolve()
+        port = self._running_port()
+        if port is None:
+            return False
+        self.port = port
+        return True
+
     def stop(self) -> None:
         _commands = _pg_commands()
         if self._running_port() is None:

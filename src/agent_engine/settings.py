@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     queued_fail_after_seconds: float = Field(default=3600.0, gt=0)
     run_timeout_seconds: float = Field(default=600.0, gt=0, description="Wall clock per run.")
     model_timeout_seconds: float = Field(default=120.0, gt=0, description="Per model call.")
+    tool_timeout_seconds: float = Field(default=30.0, gt=0, description="Per tool call.")
     schedule_tick_seconds: float = Field(default=5.0, gt=0)
     reap_tick_seconds: float = Field(default=30.0, gt=0)
     schedule_batch_size: int = Field(default=500, ge=1)
