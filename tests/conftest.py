@@ -26,7 +26,7 @@ from agent_engine.embedded import EmbeddedServers
 from agent_engine.settings import Settings, to_asyncpg_url, to_libpq_url
 from tests.support.factories import Factories
 
-TEST_JWT_SECRET = "test-secret"
+TEST_JWT_SECRET = "test-secret-that-is-at-least-32-bytes-long"
 
 
 @dataclass

@@ -121,12 +121,17 @@ def run_all(
         print("agent-engine: stopped; data kept in", data_dir, flush=True)
 
 
+def _role(child: subprocess.Popen[bytes]) -> str:
+    args = child.args
+    return str(args[3]) if isinstance(args, list) and len(args) > 3 else "a child process"
+
+
 def _wait_ready(base: str, children: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         for child in children:
             if child.poll() is not None:
-                raise SystemExit(f"agent-engine: {child.args[3]} exited with {child.returncode}")
+                raise SystemExit(f"agent-engine: {_role(child)} exited with {child.returncode}")
         try:
             if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                 return
@@ -167,7 +172,7 @@ def _supervise(children: list[subprocess.Popen[bytes]]) -> None:
             for child in children:
                 if child.poll() is not None:
                     print(
-                        f"agent-engine: {child.args[3]} exited with {child.returncode}; stopping",
+                        f"agent-engine: {_role(child)} exited with {child.returncode}; stopping",
                         flush=True,
                     )
                     return

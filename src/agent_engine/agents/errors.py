@@ -1,0 +1,35 @@
+"""Refusals of definition writes; the API turns them into coded GraphQL errors."""
+
+from __future__ import annotations
+
+
+class DefinitionError(Exception):
+    pass
+
+
+class Missing(DefinitionError):
+    """A referenced row does not exist (or is not visible to the caller)."""
+
+    def __init__(self, what: str, ident: int) -> None:
+        super().__init__(f"{what} {ident} not found")
+        self.what = what
+        self.ident = ident
+
+
+class ToolsNotAllowed(DefinitionError):
+    """Tools that do not exist or are not allowed for agents now."""
+
+    def __init__(self, tool_ids: list[int]) -> None:
+        listed = ", ".join(str(t) for t in tool_ids)
+        super().__init__(f"tools not available to agents: {listed}")
+        self.tool_ids = tool_ids
+
+
+class ModelMissing(DefinitionError):
+    def __init__(self, model_id: int) -> None:
+        super().__init__(f"model {model_id} is not on the allowed list")
+        self.model_id = model_id
+
+
+class Contended(DefinitionError):
+    """A concurrent write won (e.g. two admins setting a default model at once)."""

@@ -1,0 +1,1 @@
+"""The GraphQL API: Starlette + Strawberry (see app.py for the application factory)."""

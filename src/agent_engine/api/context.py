@@ -1,0 +1,47 @@
+"""The per-request context: who is asking, the engine, the loaders and the request's `now`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.api.auth import Viewer
+from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
+from agent_engine.api.loaders import Loaders
+from agent_engine.settings import Settings
+
+Enqueue = Callable[[int], None]
+
+
+@dataclass
+class Context:
+    engine: AsyncEngine
+    settings: Settings
+    enqueue: Enqueue
+    now: datetime
+    viewer: Viewer | None = None
+    # Why `viewer` is None although credentials were sent (bad token, deactivated user).
+    auth_error: ApiError | None = None
+    request: Any = None
+    response: Any = None
+    # Set by Strawberry from the graphql-transport-ws `connection_init` payload.
+    connection_params: dict[str, Any] | None = None
+    loaders: Loaders = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.loaders = Loaders(self.engine, now=self.now)
+
+    def require_viewer(self) -> Viewer:
+        if self.viewer is None:
+            raise self.auth_error or Unauthenticated()
+        return self.viewer
+
+    def require_admin(self) -> Viewer:
+        viewer = self.require_viewer()
+        if not viewer.is_admin:
+            raise Forbidden("this field is for admins (role agent_admin) only")
+        return viewer

@@ -1,0 +1,134 @@
+"""Errors the client can act on, and the policy that masks everything else.
+
+A resolver raises an `ApiError`; graphql-core copies its `extensions` onto the GraphQL error, so the
+client reads `extensions.code`. Anything else that escapes a resolver is a bug or an outage: the
+client sees `INTERNAL` with a correlation id, and the log has the traceback under the same id.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from graphql import GraphQLError
+from strawberry.extensions import SchemaExtension
+
+logger = logging.getLogger("agent_engine.api")
+
+UNAUTHENTICATED = "UNAUTHENTICATED"
+FORBIDDEN = "FORBIDDEN"
+NOT_FOUND = "NOT_FOUND"
+BAD_USER_INPUT = "BAD_USER_INPUT"
+AGENT_NOT_STARTABLE = "AGENT_NOT_STARTABLE"
+CONFLICT = "CONFLICT"
+INTERNAL = "INTERNAL"
+# Errors of the document itself (syntax, unknown fields, guards); nothing was executed.
+GRAPHQL_PARSE_FAILED = "GRAPHQL_PARSE_FAILED"
+GRAPHQL_VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"
+
+
+class ApiError(Exception):
+    code: str = INTERNAL
+
+    def __init__(self, message: str, **extensions: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extensions: dict[str, Any] = {"code": self.code, **extensions}
+
+
+class Unauthenticated(ApiError):
+    code = UNAUTHENTICATED
+
+    def __init__(self, message: str = "authentication required: send Authorization: Bearer <JWT>"):
+        super().__init__(message)
+
+
+class Forbidden(ApiError):
+    code = FORBIDDEN
+
+
+class NotFound(ApiError):
+    code = NOT_FOUND
+
+    def __init__(self, what: str, ident: object) -> None:
+        # The same message for "does not exist" and "not yours": existence is not leaked.
+        super().__init__(f"{what} {ident} not found")
+
+
+class BadUserInput(ApiError):
+    code = BAD_USER_INPUT
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}", field=field)
+        self.field = field
+
+
+class AgentNotStartable(ApiError):
+    code = AGENT_NOT_STARTABLE
+
+    def __init__(self, lock: str) -> None:
+        messages = {
+            "DISABLED": "the agent is switched off by its owner",
+            "ADMIN_PAUSED": "the agent is paused by an admin",
+            "NO_MODEL": "the agent has no model: pick one from the allowed list",
+        }
+        super().__init__(f"agent cannot start: {messages.get(lock, lock.lower())}", lock=lock)
+        self.lock = lock
+
+
+class Conflict(ApiError):
+    code = CONFLICT
+
+
+def _is_client_error(error: GraphQLError) -> bool:
+    # graphql-core's own errors (syntax, validation, variable coercion) wrap GraphQLErrors.
+    return error.original_error is None or isinstance(error.original_error, ApiError | GraphQLError)
+
+
+def _code_for_document_error(error: GraphQLError) -> str:
+    message = error.message
+    if message.startswith("Syntax Error"):
+        return GRAPHQL_PARSE_FAILED
+    # Variable coercion (wrong types in `variables`) is the client's input, not the document.
+    if message.startswith("Variable '$"):
+        return BAD_USER_INPUT
+    return GRAPHQL_VALIDATION_FAILED
+
+
+class ErrorPolicy(SchemaExtension):
+    """Gives every error a code; masks unexpected ones and logs them with a correlation id."""
+
+    def on_operation(self) -> Iterator[None]:
+        yield
+        result = self.execution_context.result
+        errors = getattr(result, "errors", None)
+        if result is None or not errors:
+            return
+        result.errors = [self._process(error) for error in errors]
+
+    def _process(self, error: GraphQLError) -> GraphQLError:
+        if _is_client_error(error):
+            if not (error.extensions or {}).get("code"):
+                error.extensions = {
+                    **(error.extensions or {}),
+                    "code": _code_for_document_error(error),
+                }
+            return error
+        correlation_id = uuid.uuid4().hex
+        logger.error(
+            "unexpected error %s at %s",
+            correlation_id,
+            ".".join(str(p) for p in error.path or ()),
+            exc_info=error.original_error,
+            extra={"correlation_id": correlation_id},
+        )
+        return GraphQLError(
+            f"internal error (correlation id {correlation_id})",
+            nodes=error.nodes,
+            source=error.source,
+            positions=error.positions,
+            path=error.path,
+            extensions={"code": INTERNAL, "correlationId": correlation_id},
+        )

@@ -1,0 +1,181 @@
+"""Limits that keep one client from hurting the others.
+
+Documents: depth, alias and token limits (settings), introspection for authenticated viewers only.
+Transport: one operation per request (no batching), a request body size limit.
+Input: page sizes and string/JSON sizes, refused as BAD_USER_INPUT naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+from graphql import FieldNode, GraphQLError, ValidationRule
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from strawberry.extensions import (
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    QueryDepthLimiter,
+    SchemaExtension,
+)
+
+from agent_engine.api.errors import UNAUTHENTICATED, BadUserInput
+from agent_engine.settings import Settings
+
+MAX_PAGE_SIZE = 100
+MAX_UPCOMING_RUN_TIMES = 50
+NAME_MAX_CHARS = 200
+DESCRIPTION_MAX_CHARS = 2_000
+PROMPT_MAX_CHARS = 20_000
+META_MAX_BYTES = 16 * 1024
+MAX_TOOL_IDS = 100
+MODEL_FIELD_MAX_CHARS = 200
+BASE_URL_MAX_CHARS = 2_000
+PLATFORM_PROMPT_MAX_CHARS = 20_000
+MAX_ITERATION_CAP = 100
+
+INTROSPECTION_FIELDS = frozenset({"__schema", "__type"})
+
+
+def document_guards(settings: Settings) -> list[Callable[[], SchemaExtension]]:
+    """Extension factories (fresh instances per operation) for the configured limits."""
+    return [
+        partial(MaxTokensLimiter, max_token_count=settings.max_query_tokens),
+        partial(QueryDepthLimiter, max_depth=settings.max_query_depth),
+        partial(MaxAliasesLimiter, max_alias_count=settings.max_aliases),
+        IntrospectionForViewers,
+    ]
+
+
+class _NoIntrospection(ValidationRule):
+    def enter_field(self, node: FieldNode, *_args: Any) -> None:
+        if node.name.value in INTROSPECTION_FIELDS:
+            self.report_error(
+                GraphQLError(
+                    "introspection requires authentication: send Authorization: Bearer <JWT>",
+                    node,
+                    extensions={"code": UNAUTHENTICATED},
+                )
+            )
+
+
+class IntrospectionForViewers(SchemaExtension):
+    """Anonymous callers may not introspect the schema (`__typename` stays allowed)."""
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context.context
+        if getattr(context, "viewer", None) is None:
+            self.execution_context.validation_rules = (
+                *self.execution_context.validation_rules,
+                _NoIntrospection,
+            )
+        yield
+
+
+# --- input sizes --------------------------------------------------------------------------------
+
+
+def page_size(first: int, field: str = "first") -> int:
+    if not 1 <= first <= MAX_PAGE_SIZE:
+        raise BadUserInput(field, f"must be between 1 and {MAX_PAGE_SIZE}")
+    return first
+
+
+def checked_text(field: str, value: str, max_chars: int, *, allow_blank: bool = False) -> str:
+    if len(value) > max_chars:
+        raise BadUserInput(field, f"at most {max_chars} characters (got {len(value)})")
+    if not allow_blank and not value.strip():
+        raise BadUserInput(field, "must not be blank")
+    return value
+
+
+def checked_meta(field: str, value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadUserInput(field, "must be a JSON object or null")
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    if size > META_MAX_BYTES:
+        raise BadUserInput(field, f"at most {META_MAX_BYTES} bytes of JSON (got {size})")
+    return value
+
+
+# --- transport ----------------------------------------------------------------------------------
+
+
+class BodySizeLimit:
+    """Refuse request bodies over `max_bytes` with 413, before the GraphQL layer reads them."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(send)
+            return
+        # Chunked bodies have no length up front: read up to the limit, then replay.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message]), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        await self.app(
+            scope,
+            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+            send,
+        )
+
+    async def _too_large(self, send: Send) -> None:
+        payload = json.dumps(
+            {
+                "errors": [
+                    {
+                        "message": f"request body larger than {self.max_bytes} bytes",
+                        "extensions": {"code": "PAYLOAD_TOO_LARGE"},
+                    }
+                ]
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+    pending = list(messages)
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive

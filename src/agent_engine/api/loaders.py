@@ -1,0 +1,113 @@
+"""Per-request DataLoaders: one statement per kind of row, however many objects ask for it.
+
+A page of agents with their model, tools, owner, last and active run and the owner's budget costs
+the same handful of statements for 10 agents as for 100. Each batch runs on its own pooled
+connection: resolvers run concurrently and an AsyncConnection is not for concurrent use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from strawberry.dataloader import DataLoader
+
+from agent_engine.db.platform import PlatformSettings, load_platform_settings
+from agent_engine.domain.budget import Budget
+from agent_engine.runs.budget import owners_budgets
+
+Row = dict[str, Any]
+
+# Finished runs, for `lastRun`: the newest per agent via the journal index, one LATERAL probe each.
+_LAST_FINISHED_RUNS = text(
+    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
+    " CROSS JOIN LATERAL (SELECT * FROM agent_runs"
+    "   WHERE agent_id = a.id AND state IN ('succeeded', 'failed', 'skipped')"
+    "   ORDER BY id DESC LIMIT 1) AS r"
+)
+_ACTIVE_RUNS = text(
+    "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
+    " AND state IN ('queued', 'running')"
+)
+_TOOLS_OF_AGENTS = text(
+    "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
+    " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
+)
+
+
+def _by_id(table: str) -> TextClause:
+    return text(f"SELECT * FROM {table} WHERE id = ANY(CAST(:ids AS bigint[]))")
+
+
+class Loaders:
+    def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
+        self._engine = engine
+        self._now = now
+        self._platform: asyncio.Task[PlatformSettings] | None = None
+        self.agent: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agents"), "id")
+        self.user: DataLoader[int, Row | None] = self._rows_by_key(_by_id("users"), "id")
+        self.model: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agent_models"), "id")
+        self.run: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agent_runs"), "id")
+        self.last_run: DataLoader[int, Row | None] = self._rows_by_key(
+            _LAST_FINISHED_RUNS, "agent_id"
+        )
+        self.active_run: DataLoader[int, Row | None] = self._rows_by_key(_ACTIVE_RUNS, "agent_id")
+        self.tools_of_agent: DataLoader[int, list[Row]] = DataLoader(
+            load_fn=self._load_tools_of_agents
+        )
+        self.budget: DataLoader[int, Budget] = DataLoader(load_fn=self._load_budgets)
+
+    async def platform(self) -> PlatformSettings:
+        """Platform settings, read once per request."""
+        if self._platform is None:
+            self._platform = asyncio.ensure_future(self._load_platform())
+        return await asyncio.shield(self._platform)
+
+    def prime_agent(self, row: Row) -> None:
+        self.agent.prime(int(row["id"]), row, force=True)
+
+    def forget_agent(self, agent_id: int) -> None:
+        """After a write: the next read of this agent's rows goes to the database."""
+        loaders: tuple[DataLoader[int, Any], ...] = (
+            self.agent,
+            self.tools_of_agent,
+            self.active_run,
+            self.last_run,
+        )
+        for loader in loaders:
+            if loader.cache_map.get(agent_id) is not None:  # clear() raises on a missing key
+                loader.clear(agent_id)
+
+    async def _load_platform(self) -> PlatformSettings:
+        async with self._engine.connect() as conn:
+            return await load_platform_settings(conn)
+
+    def _rows_by_key(self, statement: TextClause, key: str) -> DataLoader[int, Row | None]:
+        async def load(ids: Sequence[int]) -> list[Row | None]:
+            rows = await self._fetch(statement, ids)
+            found = {int(row[key]): row for row in rows}
+            return [found.get(i) for i in ids]
+
+        return DataLoader(load_fn=load)
+
+    async def _load_tools_of_agents(self, ids: Sequence[int]) -> list[list[Row]]:
+        grouped: dict[int, list[Row]] = {i: [] for i in ids}
+        for row in await self._fetch(_TOOLS_OF_AGENTS, ids):
+            agent_id = int(row.pop("agent_id"))
+            grouped[agent_id].append(row)
+        return [grouped[i] for i in ids]
+
+    async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
+        platform = await self.platform()
+        async with self._engine.connect() as conn:
+            budgets = await owners_budgets(conn, list(owner_ids), now=self._now, platform=platform)
+        return [budgets[i] for i in owner_ids]
+
+    async def _fetch(self, statement: TextClause, ids: Sequence[int]) -> list[Row]:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(statement, {"ids": list(ids)})
+            return [dict(row) for row in result.mappings()]

@@ -1,0 +1,445 @@
+"""Mutation fields: parse and check the input, call one function of `agent_engine.agents` (or the
+run lifecycle), return the fresh row.
+
+Permissions: an agent's definition, tools, switch and manual start belong to its owner. Someone
+else's agent is NOT_FOUND to an owner; to an admin (who can see it) it is FORBIDDEN, because the
+admin's levers are `setAdminPaused` and `deactivateOwner`. The admin-only mutations are FORBIDDEN
+to owners.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import strawberry
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.agents import admin as admin_service
+from agent_engine.agents import definitions
+from agent_engine.agents.errors import Contended, Missing, ModelMissing, ToolsNotAllowed
+from agent_engine.api.errors import (
+    AgentNotStartable,
+    BadUserInput,
+    Conflict,
+    Forbidden,
+    NotFound,
+)
+from agent_engine.api.guards import (
+    BASE_URL_MAX_CHARS,
+    DESCRIPTION_MAX_CHARS,
+    MAX_ITERATION_CAP,
+    MAX_TOOL_IDS,
+    MODEL_FIELD_MAX_CHARS,
+    NAME_MAX_CHARS,
+    PLATFORM_PROMPT_MAX_CHARS,
+    PROMPT_MAX_CHARS,
+    checked_meta,
+    checked_text,
+)
+from agent_engine.api.types import (
+    Agent,
+    AgentModel,
+    AgentModelInput,
+    CreateAgentInput,
+    Info,
+    PlatformSettings,
+    PlatformSettingsInput,
+    Run,
+    ScheduleInput,
+    Tool,
+    UpdateAgentInput,
+    described_mutation,
+    parse_id,
+)
+from agent_engine.domain.runs import RunTrigger
+from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
+from agent_engine.runs import request as run_request
+
+Row = dict[str, Any]
+
+PROVIDERS = ("openai", "builtin")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_MAX_TOKEN_CAP = 2**62
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def schedule_json(value: ScheduleInput | None, field: str) -> dict[str, Any] | None:
+    """The input's variant through the domain's Schedule union; errors name the input field."""
+    if value is None:
+        return None
+    raw: dict[str, Any]
+    if value.interval:
+        variant = "interval"
+        raw = {"type": "interval", "every_hours": value.interval.every_hours}
+    elif value.calendar:
+        variant = "calendar"
+        calendar = value.calendar
+        raw = {"type": "calendar", "cadence": calendar.cadence.value, "time": calendar.time}
+        if calendar.weekday is not None:
+            raw["weekday"] = calendar.weekday
+    else:  # the @oneOf rule makes this unreachable over GraphQL
+        raise BadUserInput(field, "give exactly one of interval or calendar")
+    try:
+        parsed = parse_schedule(raw)
+    except ScheduleError as exc:
+        path = ".".join(_camel(p) for p in str(exc.field or "").split(".") if p and p != "type")
+        raise BadUserInput(
+            f"{field}.{variant}" + (f".{path}" if path else ""), exc.message
+        ) from exc
+    return schedule_to_json(parsed) if parsed is not None else None
+
+
+def _tool_ids(values: list[strawberry.ID], field: str) -> list[int]:
+    if len(values) > MAX_TOOL_IDS:
+        raise BadUserInput(field, f"at most {MAX_TOOL_IDS} tools")
+    return [parse_id(v, field) for v in values]
+
+
+@asynccontextmanager
+async def _transaction(info: Info) -> AsyncIterator[AsyncConnection]:
+    """One transaction per mutation; the service's refusals become coded errors."""
+    try:
+        async with info.context.engine.begin() as conn:
+            yield conn
+    except Missing as exc:
+        raise NotFound(exc.what, exc.ident) from exc
+    except Contended as exc:
+        raise Conflict(str(exc)) from exc
+    except IntegrityError as exc:
+        # A concurrent write removed or changed a referenced row between our checks and writes.
+        raise Conflict("the data changed concurrently; reload and retry") from exc
+
+
+async def _fresh_agent(info: Info, conn: AsyncConnection, agent_id: int) -> Agent:
+    row = dict(
+        (await conn.execute(text("SELECT * FROM agents WHERE id = :id"), {"id": agent_id}))
+        .mappings()
+        .one()
+    )
+    info.context.loaders.forget_agent(agent_id)
+    info.context.loaders.prime_agent(row)
+    return Agent.from_row(row)
+
+
+async def owned_agent(info: Info, agent_id: int, action: str) -> Row:
+    """The agent if the viewer owns it; NOT_FOUND to other owners, FORBIDDEN to admins."""
+    viewer = info.context.require_viewer()
+    async with info.context.engine.connect() as conn:
+        found = (
+            (await conn.execute(text("SELECT * FROM agents WHERE id = :id"), {"id": agent_id}))
+            .mappings()
+            .one_or_none()
+        )
+    if found is None or (not viewer.is_admin and found["user_id"] != viewer.user_id):
+        raise NotFound("agent", agent_id)
+    if found["user_id"] != viewer.user_id:
+        raise Forbidden(f"only the agent's owner can {action}")
+    return dict(found)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation
+    async def create_agent(self, info: Info, input: CreateAgentInput) -> Agent:
+        viewer = info.context.require_viewer()
+        draft = definitions.AgentDraft(
+            name=checked_text("input.name", input.name, NAME_MAX_CHARS),
+            prompt=checked_text("input.prompt", input.prompt, PROMPT_MAX_CHARS),
+            description=(
+                checked_text(
+                    "input.description", input.description, DESCRIPTION_MAX_CHARS, allow_blank=True
+                )
+                if input.description is not None
+                else None
+            ),
+            schedule=schedule_json(input.schedule, "input.schedule"),
+            model_id=parse_id(input.model_id, "input.modelId") if input.model_id else None,
+            tool_ids=_tool_ids(input.tool_ids or [], "input.toolIds"),
+            enabled=input.enabled,
+            meta=checked_meta("input.meta", input.meta),
+        )
+        async with _transaction(info) as conn:
+            try:
+                agent_id = await definitions.create_agent(
+                    conn, viewer.user_id, draft, now=info.context.now
+                )
+            except ModelMissing as exc:
+                raise BadUserInput("input.modelId", str(exc)) from exc
+            except ToolsNotAllowed as exc:
+                raise BadUserInput("input.toolIds", str(exc)) from exc
+            return await _fresh_agent(info, conn, agent_id)
+
+    @strawberry.mutation
+    async def update_agent(self, info: Info, id: strawberry.ID, input: UpdateAgentInput) -> Agent:
+        info.context.require_viewer()
+        agent_id = parse_id(id, "id")
+        await owned_agent(info, agent_id, "edit it")
+        changes: dict[str, Any] = {}
+        if input.name is not strawberry.UNSET:
+            if input.name is None:
+                raise BadUserInput("input.name", "cannot be null")
+            changes["name"] = checked_text("input.name", input.name, NAME_MAX_CHARS)
+        if input.prompt is not strawberry.UNSET:
+            if input.prompt is None:
+                raise BadUserInput("input.prompt", "cannot be null")
+            changes["prompt"] = checked_text("input.prompt", input.prompt, PROMPT_MAX_CHARS)
+        if input.description is not strawberry.UNSET:
+            changes["description"] = (
+                checked_text(
+                    "input.description", input.description, DESCRIPTION_MAX_CHARS, allow_blank=True
+                )
+                if input.description is not None
+                else None
+            )
+        if input.schedule is not strawberry.UNSET:
+            changes["schedule"] = schedule_json(input.schedule, "input.schedule")
+        if input.model_id is not strawberry.UNSET:
+            if input.model_id is None:
+                raise BadUserInput("input.modelId", "cannot be null: pick a model from the list")
+            changes["model_id"] = parse_id(input.model_id, "input.modelId")
+        if input.meta is not strawberry.UNSET:
+            changes["meta"] = checked_meta("input.meta", input.meta)
+        async with _transaction(info) as conn:
+            if changes:
+                try:
+                    await definitions.update_agent(conn, agent_id, changes, now=info.context.now)
+                except ModelMissing as exc:
+                    raise BadUserInput("input.modelId", str(exc)) from exc
+            return await _fresh_agent(info, conn, agent_id)
+
+    @described_mutation(
+        description="Returns the deleted agent's id; its runs and tool links go with it."
+    )
+    async def delete_agent(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        info.context.require_viewer()
+        agent_id = parse_id(id, "id")
+        await owned_agent(info, agent_id, "delete it")
+        async with _transaction(info) as conn:
+            await definitions.delete_agent(conn, agent_id)
+        info.context.loaders.forget_agent(agent_id)
+        return strawberry.ID(str(agent_id))
+
+    @described_mutation(
+        description="The owner's switch. Owners only: an admin uses setAdminPaused."
+    )
+    async def set_agent_enabled(self, info: Info, id: strawberry.ID, enabled: bool) -> Agent:
+        info.context.require_viewer()
+        agent_id = parse_id(id, "id")
+        await owned_agent(info, agent_id, "switch it on or off (admins use setAdminPaused)")
+        async with _transaction(info) as conn:
+            await definitions.update_agent(
+                conn, agent_id, {"enabled": enabled}, now=info.context.now
+            )
+            return await _fresh_agent(info, conn, agent_id)
+
+    @described_mutation(
+        description=(
+            "Replaces the optional-tool selection. Every tool must be allowed for agents now."
+        )
+    )
+    async def set_agent_tools(
+        self, info: Info, agent_id: strawberry.ID, tool_ids: list[strawberry.ID]
+    ) -> Agent:
+        info.context.require_viewer()
+        ident = parse_id(agent_id, "agentId")
+        await owned_agent(info, ident, "change its tools")
+        tools = _tool_ids(tool_ids, "toolIds")
+        async with _transaction(info) as conn:
+            try:
+                await definitions.set_agent_tools(conn, ident, tools)
+            except ToolsNotAllowed as exc:
+                raise BadUserInput("toolIds", str(exc)) from exc
+            return await _fresh_agent(info, conn, ident)
+
+    @strawberry.mutation
+    async def attach_tool(
+        self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
+    ) -> Agent:
+        info.context.require_viewer()
+        ident = parse_id(agent_id, "agentId")
+        await owned_agent(info, ident, "change its tools")
+        tool = parse_id(tool_id, "toolId")
+        async with _transaction(info) as conn:
+            try:
+                await definitions.attach_tool(conn, ident, tool)
+            except ToolsNotAllowed as exc:
+                raise BadUserInput("toolId", str(exc)) from exc
+            return await _fresh_agent(info, conn, ident)
+
+    @strawberry.mutation
+    async def detach_tool(
+        self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
+    ) -> Agent:
+        info.context.require_viewer()
+        ident = parse_id(agent_id, "agentId")
+        await owned_agent(info, ident, "change its tools")
+        tool = parse_id(tool_id, "toolId")
+        async with _transaction(info) as conn:
+            await definitions.detach_tool(conn, ident, tool)
+            return await _fresh_agent(info, conn, ident)
+
+    @described_mutation(
+        description=(
+            "Requests a manual run. Returns the journal row: QUEUED, or SKIPPED with its reason. "
+            "A closed start gate is an AGENT_NOT_STARTABLE error and writes no row."
+        )
+    )
+    async def start_run(self, info: Info, agent_id: strawberry.ID) -> Run:
+        info.context.require_viewer()
+        ident = parse_id(agent_id, "agentId")
+        await owned_agent(info, ident, "start it")
+        try:
+            row = await run_request.request_run(
+                info.context.engine,
+                ident,
+                trigger=RunTrigger.MANUAL,
+                now=info.context.now,
+                enqueue=info.context.enqueue,
+            )
+        except run_request.AgentNotFound as exc:
+            raise NotFound("agent", ident) from exc
+        except run_request.AgentNotStartable as exc:
+            raise AgentNotStartable(exc.lock.name) from exc
+        return Run.from_row(row)
+
+    # --- admin ------------------------------------------------------------------------------
+
+    @described_mutation(description="Admin only. The admin's sticky lock.")
+    async def set_admin_paused(self, info: Info, agent_id: strawberry.ID, paused: bool) -> Agent:
+        info.context.require_admin()
+        ident = parse_id(agent_id, "agentId")
+        async with _transaction(info) as conn:
+            await definitions.update_agent(
+                conn, ident, {"admin_paused": paused}, now=info.context.now
+            )
+            return await _fresh_agent(info, conn, ident)
+
+    @described_mutation(
+        description=(
+            "Admin only. Switches off every agent of the user (enabled = false) and marks the "
+            "user inactive. Returns how many agents were switched off."
+        )
+    )
+    async def deactivate_owner(self, info: Info, user_id: strawberry.ID) -> int:
+        viewer = info.context.require_admin()
+        ident = parse_id(user_id, "userId")
+        if ident == viewer.user_id:
+            raise Conflict("an admin cannot deactivate their own account")
+        async with _transaction(info) as conn:
+            return await admin_service.deactivate_owner(conn, ident)
+
+    @described_mutation(description="Admin only. Creates (no id) or replaces a model on the list.")
+    async def upsert_agent_model(self, info: Info, input: AgentModelInput) -> AgentModel:
+        info.context.require_admin()
+        model_id = parse_id(input.id, "input.id") if input.id is not None else None
+        if input.provider not in PROVIDERS:
+            raise BadUserInput("input.provider", f"must be one of {', '.join(PROVIDERS)}")
+        base_url = input.base_url
+        if base_url is not None:
+            checked_text("input.baseUrl", base_url, BASE_URL_MAX_CHARS)
+            parts = urlsplit(base_url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise BadUserInput("input.baseUrl", "must be an http(s) URL")
+        if input.api_key_env is not None and not _ENV_NAME.match(input.api_key_env):
+            raise BadUserInput("input.apiKeyEnv", "must be an environment variable name")
+        draft = admin_service.ModelDraft(
+            name=checked_text("input.name", input.name, MODEL_FIELD_MAX_CHARS),
+            provider=input.provider,
+            model=checked_text("input.model", input.model, MODEL_FIELD_MAX_CHARS),
+            base_url=base_url,
+            api_key_env=input.api_key_env,
+            is_default=input.is_default,
+        )
+        async with _transaction(info) as conn:
+            saved = await admin_service.upsert_model(conn, model_id, draft)
+            row = (
+                (
+                    await conn.execute(
+                        text("SELECT * FROM agent_models WHERE id = :id"), {"id": saved}
+                    )
+                )
+                .mappings()
+                .one()
+            )
+        return AgentModel.from_row(dict(row))
+
+    @described_mutation(
+        description=(
+            "Admin only. Removes the model from the allowed list; agents that used it stop "
+            "(NO_MODEL)."
+        )
+    )
+    async def remove_agent_model(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        info.context.require_admin()
+        model_id = parse_id(id, "id")
+        async with _transaction(info) as conn:
+            await admin_service.remove_model(conn, model_id)
+        return strawberry.ID(str(model_id))
+
+    @described_mutation(description="Admin only.")
+    async def set_tool_allowed(self, info: Info, tool_id: strawberry.ID, allowed: bool) -> Tool:
+        info.context.require_admin()
+        ident = parse_id(tool_id, "toolId")
+        async with _transaction(info) as conn:
+            await admin_service.set_tool_allowed(conn, ident, allowed)
+            row = (
+                (await conn.execute(text("SELECT * FROM tools WHERE id = :id"), {"id": ident}))
+                .mappings()
+                .one()
+            )
+        return Tool.from_row(dict(row))
+
+    @described_mutation(description="Admin only.")
+    async def update_platform_settings(
+        self, info: Info, input: PlatformSettingsInput
+    ) -> PlatformSettings:
+        info.context.require_admin()
+        changes: dict[str, Any] = {}
+        if input.weekly_token_cap is not strawberry.UNSET:
+            cap = input.weekly_token_cap
+            if cap is not None and not 0 <= cap <= _MAX_TOKEN_CAP:
+                raise BadUserInput("input.weeklyTokenCap", "must be zero or more, or null")
+            changes["weekly_token_cap"] = cap
+        if input.timezone is not strawberry.UNSET:
+            changes["timezone"] = _zone_name("input.timezone", input.timezone)
+        if input.platform_prompt is not strawberry.UNSET:
+            changes["platform_prompt"] = checked_text(
+                "input.platformPrompt",
+                input.platform_prompt or "",
+                PLATFORM_PROMPT_MAX_CHARS,
+                allow_blank=True,
+            )
+        if input.iteration_cap is not strawberry.UNSET:
+            iteration_cap = input.iteration_cap
+            if iteration_cap is None or not 1 <= iteration_cap <= MAX_ITERATION_CAP:
+                raise BadUserInput(
+                    "input.iterationCap", f"must be between 1 and {MAX_ITERATION_CAP}"
+                )
+            changes["iteration_cap"] = iteration_cap
+        async with _transaction(info) as conn:
+            await admin_service.update_platform_settings(conn, changes, now=info.context.now)
+            from agent_engine.db.platform import load_platform_settings
+
+            current = await load_platform_settings(conn)
+        return PlatformSettings.from_value(current)
+
+
+def _zone_name(field: str, value: str | None) -> str:
+    if value is None:
+        raise BadUserInput(field, "cannot be null")
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise BadUserInput(field, f"unknown IANA time zone {value[:64]!r}") from exc
+    return value

@@ -1,0 +1,197 @@
+"""Query fields. Owners see their own agents and runs; someone else's is NOT_FOUND (existence is
+not leaked); admins see everything, and the admin-only fields are FORBIDDEN to others."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import strawberry
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.api.context import Context
+from agent_engine.api.errors import NotFound
+from agent_engine.api.guards import page_size
+from agent_engine.api.types import (
+    Agent,
+    AgentConnection,
+    AgentModel,
+    AgentStatus,
+    Info,
+    PlatformSettings,
+    Run,
+    RunConnection,
+    RunState,
+    Tool,
+    Viewer,
+    decode_cursor,
+    described,
+    parse_id,
+)
+
+Row = dict[str, Any]
+
+# Derived status as SQL, the same precedence as domain.gate.agent_status.
+_STATUS_SQL = {
+    AgentStatus.ADMIN_PAUSED: "admin_paused",
+    AgentStatus.DISABLED: "NOT admin_paused AND NOT enabled",
+    AgentStatus.NO_MODEL: "NOT admin_paused AND enabled AND model_id IS NULL",
+    AgentStatus.SCHEDULED: (
+        "NOT admin_paused AND enabled AND model_id IS NOT NULL AND schedule IS NOT NULL"
+    ),
+    AgentStatus.MANUAL: (
+        "NOT admin_paused AND enabled AND model_id IS NOT NULL AND schedule IS NULL"
+    ),
+}
+
+
+async def _all(engine: AsyncEngine, sql: str, params: dict[str, Any]) -> list[Row]:
+    async with engine.connect() as conn:
+        return [dict(row) for row in (await conn.execute(text(sql), params)).mappings()]
+
+
+async def fetch_owned_agents(engine: AsyncEngine, owner_id: int) -> list[Row]:
+    return await _all(
+        engine, "SELECT * FROM agents WHERE user_id = :owner ORDER BY id", {"owner": owner_id}
+    )
+
+
+async def fetch_runs(
+    engine: AsyncEngine,
+    *,
+    first: int,
+    after: int | None,
+    agent_id: int | None = None,
+    states: Sequence[RunState] | None = None,
+) -> list[Row]:
+    """Keyset page of the journal, newest first; one row more than asked tells `hasNextPage`."""
+    where = ["TRUE"]
+    params: dict[str, Any] = {"limit": first + 1}
+    if after is not None:
+        where.append("id < :after")
+        params["after"] = after
+    if agent_id is not None:
+        where.append("agent_id = :agent_id")
+        params["agent_id"] = agent_id
+    if states is not None:
+        where.append("state = ANY(CAST(:states AS text[]))")
+        params["states"] = [s.value for s in states]
+    return await _all(
+        engine,
+        f"SELECT * FROM agent_runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit",
+        params,
+    )
+
+
+async def visible_agent(info: Info, agent_id: int) -> Row:
+    """The agent if the viewer may see it (owner or admin), else NOT_FOUND."""
+    viewer = info.context.require_viewer()
+    row = await info.context.loaders.agent.load(agent_id)
+    if row is None or (not viewer.is_admin and row["user_id"] != viewer.user_id):
+        raise NotFound("agent", agent_id)
+    return row
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def viewer(self, info: Info) -> Viewer:
+        viewer = info.context.require_viewer()
+        return Viewer(viewer_id=viewer.user_id, is_admin=viewer.is_admin)
+
+    @strawberry.field
+    async def agent(self, info: Info, id: strawberry.ID) -> Agent | None:
+        info.context.require_viewer()
+        return Agent.from_row(await visible_agent(info, parse_id(id, "id")))
+
+    @strawberry.field
+    async def run(self, info: Info, id: strawberry.ID) -> Run | None:
+        viewer = info.context.require_viewer()
+        run_id = parse_id(id, "id")
+        row = await info.context.loaders.run.load(run_id)
+        if row is None:
+            raise NotFound("run", run_id)
+        agent = await info.context.loaders.agent.load(int(row["agent_id"]))
+        if agent is None or (not viewer.is_admin and agent["user_id"] != viewer.user_id):
+            raise NotFound("run", run_id)
+        return Run.from_row(row)
+
+    @described(description="The admin's allowed list.")
+    async def agent_models(self, info: Info) -> list[AgentModel]:
+        info.context.require_viewer()
+        rows = await _all(info.context.engine, "SELECT * FROM agent_models ORDER BY id", {})
+        return [AgentModel.from_row(r) for r in rows]
+
+    @described(description="Optional tools an owner may attach now (agentsAllowed = true).")
+    async def tools(self, info: Info) -> list[Tool]:
+        info.context.require_viewer()
+        rows = await _all(
+            info.context.engine, "SELECT * FROM tools WHERE agents_allowed ORDER BY name", {}
+        )
+        return [Tool.from_row(r) for r in rows]
+
+    @described(description="Admin only. Every agent, newest first.")
+    async def admin_agents(
+        self,
+        info: Info,
+        first: int = 50,
+        after: str | None = None,
+        owner_id: strawberry.ID | None = None,
+        status: AgentStatus | None = None,
+    ) -> AgentConnection:
+        info.context.require_admin()
+        size = page_size(first)
+        where = ["TRUE"]
+        params: dict[str, Any] = {"limit": size + 1}
+        cursor = decode_cursor("agent", after)
+        if cursor is not None:
+            where.append("id < :after")
+            params["after"] = cursor
+        if owner_id is not None:
+            where.append("user_id = :owner")
+            params["owner"] = parse_id(owner_id, "ownerId")
+        if status is not None:
+            where.append(f"({_STATUS_SQL[status]})")
+        rows = await _all(
+            info.context.engine,
+            f"SELECT * FROM agents WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit",
+            params,
+        )
+        for row in rows:
+            info.context.loaders.prime_agent(row)
+        return AgentConnection.from_rows(rows, size)
+
+    @described(description="Admin only. The whole journal, newest first.")
+    async def admin_runs(
+        self,
+        info: Info,
+        first: int = 50,
+        after: str | None = None,
+        agent_id: strawberry.ID | None = None,
+        states: list[RunState] | None = None,
+    ) -> RunConnection:
+        info.context.require_admin()
+        size = page_size(first)
+        rows = await fetch_runs(
+            info.context.engine,
+            first=size,
+            after=decode_cursor("run", after),
+            agent_id=parse_id(agent_id, "agentId") if agent_id is not None else None,
+            states=states,
+        )
+        return RunConnection.from_rows(rows, size)
+
+    @described(description="Admin only. All catalog tools, allowed or not.")
+    async def admin_tools(self, info: Info) -> list[Tool]:
+        info.context.require_admin()
+        rows = await _all(info.context.engine, "SELECT * FROM tools ORDER BY name", {})
+        return [Tool.from_row(r) for r in rows]
+
+    @described(description="Admin only.")
+    async def platform_settings(self, info: Info) -> PlatformSettings:
+        info.context.require_admin()
+        return PlatformSettings.from_value(await info.context.loaders.platform())
+
+
+__all__ = ["Context", "Query", "fetch_owned_agents", "fetch_runs", "visible_agent"]

@@ -1,0 +1,60 @@
+"""The Strawberry schema: Query, Mutation and, once it exists, the Subscription type of
+`api/subscriptions.py` (a later issue: add the module and re-export the SDL).
+
+`export_sdl()` is what `agent-engine export-schema` writes to `schema/schema.graphql`; a test fails
+when the committed file drifts from the code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import strawberry
+from strawberry.extensions import SchemaExtension
+from strawberry.schema.config import StrawberryConfig
+
+from agent_engine.api.errors import ErrorPolicy
+from agent_engine.api.mutations import Mutation
+from agent_engine.api.queries import Query
+from agent_engine.api.types import RunEvent
+
+SUBSCRIPTIONS_MODULE = "agent_engine.api.subscriptions"
+
+
+def subscription_type() -> type[Any] | None:
+    """`Subscription` from api/subscriptions.py when that module exists (a later issue)."""
+    try:
+        module = importlib.import_module(SUBSCRIPTIONS_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != SUBSCRIPTIONS_MODULE:
+            raise
+        return None
+    subscription: type[Any] = module.Subscription
+    return subscription
+
+
+class Schema(strawberry.Schema):
+    def process_errors(self, errors: Any, execution_context: Any = None) -> None:
+        # ErrorPolicy logs the unexpected ones (with a correlation id); client errors are not
+        # server errors and would only flood the log.
+        return None
+
+
+def build_schema(
+    extensions: Sequence[Callable[[], SchemaExtension] | type[SchemaExtension]] = (),
+) -> strawberry.Schema:
+    return Schema(
+        query=Query,
+        mutation=Mutation,
+        subscription=subscription_type(),
+        # Part of the contract even before a field returns it (the subscriptions use it).
+        types=[RunEvent],
+        extensions=[*extensions, ErrorPolicy],
+        config=StrawberryConfig(batching_config=None),
+    )
+
+
+def export_sdl() -> str:
+    return build_schema().as_str() + "\n"

@@ -1,0 +1,33 @@
+"""`agent-engine serve`: the API under Uvicorn."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from agent_engine.settings import Settings
+
+APP_FACTORY = "agent_engine.api.app:create_app_from_environment"
+
+
+def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
+    if workers > 1:
+        # Worker processes cannot receive a live object: each builds its app from the environment.
+        uvicorn.run(
+            APP_FACTORY,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=settings.log_level.lower(),
+            proxy_headers=True,
+        )
+        return
+    from agent_engine.api.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        proxy_headers=True,
+    )

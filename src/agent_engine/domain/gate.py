@@ -1,0 +1,63 @@
+"""The start gate (DESIGN §4): static, from the agent's definition.
+
+Open when `enabled AND NOT admin_paused AND model_id IS NOT NULL`. A closed gate writes no rows:
+the scheduler never sees the agent and a manual start is refused naming the closed lock. When
+several locks are closed, the one reported follows the contract's AgentStatus precedence:
+ADMIN_PAUSED > DISABLED > NO_MODEL (the admin's sticky lock first, since the owner cannot lift it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class Lock(StrEnum):
+    ADMIN_PAUSED = "ADMIN_PAUSED"
+    DISABLED = "DISABLED"
+    NO_MODEL = "NO_MODEL"
+
+
+class AgentStatus(StrEnum):
+    """Derived, never stored; precedence ADMIN_PAUSED > DISABLED > NO_MODEL > SCHEDULED > MANUAL."""
+
+    SCHEDULED = "SCHEDULED"
+    MANUAL = "MANUAL"
+    DISABLED = "DISABLED"
+    ADMIN_PAUSED = "ADMIN_PAUSED"
+    NO_MODEL = "NO_MODEL"
+
+
+# What a refused manual start tells the user, per closed lock.
+LOCK_MESSAGES: Mapping[Lock, str] = MappingProxyType(
+    {
+        Lock.ADMIN_PAUSED: "the agent is paused by an admin; only an admin can resume it",
+        Lock.DISABLED: "the agent is switched off; its owner can enable it",
+        Lock.NO_MODEL: "the agent has no model; choose one from the allowed list",
+    }
+)
+
+
+def closed_lock(*, enabled: bool, admin_paused: bool, has_model: bool) -> Lock | None:
+    """The lock that keeps the agent from starting, or None when the gate is open."""
+    if admin_paused:
+        return Lock.ADMIN_PAUSED
+    if not enabled:
+        return Lock.DISABLED
+    if not has_model:
+        return Lock.NO_MODEL
+    return None
+
+
+def gate_open(*, enabled: bool, admin_paused: bool, has_model: bool) -> bool:
+    return closed_lock(enabled=enabled, admin_paused=admin_paused, has_model=has_model) is None
+
+
+def agent_status(
+    *, enabled: bool, admin_paused: bool, has_model: bool, has_schedule: bool
+) -> AgentStatus:
+    lock = closed_lock(enabled=enabled, admin_paused=admin_paused, has_model=has_model)
+    if lock is not None:
+        return AgentStatus(lock.value)
+    return AgentStatus.SCHEDULED if has_schedule else AgentStatus.MANUAL

@@ -1,0 +1,96 @@
+"""The run journal's state machine (DESIGN §4), as stored in `agent_runs`.
+
+    queued -> running -> succeeded | failed
+    queued -> skipped            (budget spent when a worker claims the run)
+    queued -> failed (stale)     (nobody picked it up)
+
+`skipped` rows may also be inserted directly (runtime gate closed at request time). Every
+transition is a compare-and-set in the database; these helpers say which ones exist.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class RunState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class RunTrigger(StrEnum):
+    MANUAL = "manual"
+    SCHEDULED = "scheduled"
+
+
+class RunReason(StrEnum):
+    BUDGET_EXCEEDED = "budget_exceeded"
+    ALREADY_RUNNING = "already_running"
+    ITERATION_CAP = "iteration_cap"
+    ERROR = "error"
+    STALE = "stale"
+
+
+# The states covered by the one-unfinished-run-per-agent partial unique index.
+UNFINISHED_STATES: frozenset[RunState] = frozenset({RunState.QUEUED, RunState.RUNNING})
+TERMINAL_STATES: frozenset[RunState] = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED}
+)
+
+# Mirrors the `reason_fits_state` CHECK: skipped and failed need one of their reasons, the other
+# states none.
+REASONS_BY_STATE: Mapping[RunState, frozenset[RunReason]] = MappingProxyType(
+    {
+        RunState.QUEUED: frozenset(),
+        RunState.RUNNING: frozenset(),
+        RunState.SUCCEEDED: frozenset(),
+        RunState.FAILED: frozenset({RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE}),
+        RunState.SKIPPED: frozenset({RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
+    }
+)
+
+
+def reason_fits(state: RunState, reason: RunReason | None) -> bool:
+    allowed = REASONS_BY_STATE[state]
+    if reason is None:
+        return not allowed
+    return reason in allowed
+
+
+ALLOWED_TRANSITIONS: frozenset[tuple[RunState, RunState]] = frozenset(
+    {
+        (RunState.QUEUED, RunState.RUNNING),
+        (RunState.QUEUED, RunState.SKIPPED),
+        (RunState.QUEUED, RunState.FAILED),
+        (RunState.RUNNING, RunState.SUCCEEDED),
+        (RunState.RUNNING, RunState.FAILED),
+    }
+)
+
+
+class InvalidTransition(ValueError):
+    def __init__(self, src: RunState, dst: RunState) -> None:
+        self.src = src
+        self.dst = dst
+        super().__init__(f"a run cannot go from {src} to {dst}")
+
+
+def can_transition(src: RunState, dst: RunState) -> bool:
+    return (src, dst) in ALLOWED_TRANSITIONS
+
+
+def check_transition(src: RunState, dst: RunState) -> None:
+    if not can_transition(src, dst):
+        raise InvalidTransition(src, dst)
+
+
+# The executing worker bumps heartbeat_at this often; the reaper fails a run silent for
+# STALE_AFTER (three missed beats). Settings may override both for tests and operators.
+HEARTBEAT_INTERVAL = dt.timedelta(seconds=30)
+STALE_AFTER = dt.timedelta(seconds=90)

@@ -1,0 +1,274 @@
+"""The admin's queries and levers over HTTP."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.integration.api.support import FIXED_NOW, Api, codes, error
+from tests.support.factories import Factories
+
+ADMIN = 900
+
+
+async def test_admin_agents_filters_and_pages(api: Api, factories: Factories) -> None:
+    owner = await factories.user()
+    other = await factories.user()
+    model = await factories.model()
+    scheduled = await factories.agent(
+        user_id=owner["id"], model_id=model["id"], schedule={"type": "interval", "every_hours": 1}
+    )
+    manual = await factories.agent(user_id=owner["id"], model_id=model["id"])
+    paused = await factories.agent(user_id=other["id"], model_id=model["id"], admin_paused=True)
+    disabled = await factories.agent(user_id=other["id"], model_id=model["id"], enabled=False)
+    no_model = await factories.agent(user_id=other["id"], model_id=None)
+    token = api.token(ADMIN, admin=True)
+    query = """query($first: Int!, $after: String, $owner: ID, $status: AgentStatus) {
+      adminAgents(first: $first, after: $after, ownerId: $owner, status: $status) {
+        edges { cursor node { id status owner { id } } } pageInfo { hasNextPage endCursor } } }"""
+
+    async def ids(**variables: object) -> list[str]:
+        page = (await api.data(query, {"first": 50, **variables}, token))["adminAgents"]
+        return [e["node"]["id"] for e in page["edges"]]
+
+    everyone = [str(a["id"]) for a in (no_model, disabled, paused, manual, scheduled)]
+    assert await ids() == everyone
+    assert await ids(owner=str(owner["id"])) == [str(manual["id"]), str(scheduled["id"])]
+    for status, agent in {
+        "SCHEDULED": scheduled,
+        "MANUAL": manual,
+        "ADMIN_PAUSED": paused,
+        "DISABLED": disabled,
+        "NO_MODEL": no_model,
+    }.items():
+        assert await ids(status=status) == [str(agent["id"])], status
+    first = (await api.data(query, {"first": 2}, token))["adminAgents"]
+    assert first["pageInfo"]["hasNextPage"] is True
+    second = (await api.data(query, {"first": 2, "after": first["pageInfo"]["endCursor"]}, token))[
+        "adminAgents"
+    ]
+    assert [e["node"]["id"] for e in second["edges"]] == everyone[2:4]
+
+
+async def test_admin_runs_and_tools_and_settings(api: Api, factories: Factories) -> None:
+    agent = await factories.agent()
+    other = await factories.agent()
+    runs = [await factories.run(agent_id=agent["id"], state="succeeded") for _ in range(2)]
+    await factories.run(agent_id=other["id"], state="running")
+    await factories.tool("hidden", agents_allowed=False)
+    await factories.setting("agent_weekly_token_cap", 5000)
+    await factories.setting("timezone", "Europe/Paris")
+    token = api.token(ADMIN, admin=True)
+    data = await api.data(
+        """query($a: ID!) {
+          all: adminRuns { edges { node { id } } }
+          mine: adminRuns(agentId: $a, states: [SUCCEEDED]) { edges { node { id agent { id } } } }
+          adminTools { name agentsAllowed }
+          platformSettings { weeklyTokenCap timezone platformPrompt iterationCap } }""",
+        {"a": str(agent["id"])},
+        token,
+    )
+    assert len(data["all"]["edges"]) == 3
+    assert [e["node"]["id"] for e in data["mine"]["edges"]] == [str(r["id"]) for r in runs[::-1]]
+    assert {"name": "hidden", "agentsAllowed": False} in data["adminTools"]
+    assert data["platformSettings"] == {
+        "weeklyTokenCap": 5000,
+        "timezone": "Europe/Paris",
+        "platformPrompt": "",
+        "iterationCap": 8,
+    }
+
+
+async def test_set_admin_paused_is_sticky_for_the_owner(api: Api, factories: Factories) -> None:
+    owner = await factories.user()
+    agent = await factories.agent(
+        user_id=owner["id"],
+        schedule={"type": "interval", "every_hours": 2},
+        next_run_at=FIXED_NOW + timedelta(hours=1),
+    )
+    admin = api.token(ADMIN, admin=True)
+    pause = """mutation($a: ID!, $p: Boolean!) { setAdminPaused(agentId: $a, paused: $p) {
+        adminPaused status nextRunAt canStart } }"""
+    paused = (await api.data(pause, {"a": str(agent["id"]), "p": True}, admin))["setAdminPaused"]
+    assert paused == {
+        "adminPaused": True,
+        "status": "ADMIN_PAUSED",
+        "nextRunAt": None,
+        "canStart": False,
+    }
+    owner_token = api.token(owner["id"])
+    body = await api.gql(pause, {"a": str(agent["id"]), "p": False}, owner_token)
+    assert codes(body) == ["FORBIDDEN"]
+    body = await api.gql(
+        "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": str(agent["id"])}, owner_token
+    )
+    assert error(body)["extensions"]["lock"] == "ADMIN_PAUSED"
+    resumed = (await api.data(pause, {"a": str(agent["id"]), "p": False}, admin))["setAdminPaused"]
+    assert resumed["status"] == "SCHEDULED"
+    assert resumed["nextRunAt"] is not None
+
+
+async def test_deactivate_owner_switches_agents_off_and_refuses_the_user(
+    api: Api, factories: Factories, engine: AsyncEngine
+) -> None:
+    owner = await factories.user()
+    for enabled in (True, True, False):
+        await factories.agent(user_id=owner["id"], enabled=enabled)
+    admin = api.token(ADMIN, admin=True)
+    data = await api.data(
+        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, admin
+    )
+    assert data["deactivateOwner"] == 2
+    async with engine.connect() as conn:
+        enabled = (
+            await conn.execute(
+                text("SELECT count(*) FROM agents WHERE user_id = :u AND enabled"),
+                {"u": owner["id"]},
+            )
+        ).scalar_one()
+        active = (
+            await conn.execute(
+                text("SELECT is_active FROM users WHERE id = :u"), {"u": owner["id"]}
+            )
+        ).scalar_one()
+    assert enabled == 0
+    assert active is False
+    # The deactivated user's valid token is refused (FORBIDDEN), and the row stays inactive.
+    body = await api.gql("{ viewer { isAdmin } }", None, api.token(owner["id"], name="Back"))
+    assert codes(body) == ["FORBIDDEN"]
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(text("SELECT * FROM users WHERE id = :u"), {"u": owner["id"]})
+        ).one()
+    assert row.is_active is False
+    assert row.display_name != "Back"
+    missing = await api.gql('mutation { deactivateOwner(userId: "424242") }', None, admin)
+    assert codes(missing) == ["NOT_FOUND"]
+    self_lockout = await api.gql(f'mutation {{ deactivateOwner(userId: "{ADMIN}") }}', None, admin)
+    assert codes(self_lockout) == ["CONFLICT"]
+
+
+async def test_models_upsert_default_and_removal_stops_agents(
+    api: Api, factories: Factories
+) -> None:
+    admin = api.token(ADMIN, admin=True)
+    upsert = """mutation($input: AgentModelInput!) { upsertAgentModel(input: $input) {
+        id name provider model isDefault baseUrl apiKeyEnv } }"""
+    first = (
+        await api.data(
+            upsert,
+            {
+                "input": {
+                    "name": "Local",
+                    "provider": "builtin",
+                    "model": "digest",
+                    "isDefault": True,
+                }
+            },
+            admin,
+        )
+    )["upsertAgentModel"]
+    second = (
+        await api.data(
+            upsert,
+            {
+                "input": {
+                    "name": "GPT",
+                    "provider": "openai",
+                    "model": "gpt-4o-mini",
+                    "baseUrl": "https://llm.internal/v1",
+                    "apiKeyEnv": "OPENAI_API_KEY",
+                    "isDefault": True,
+                }
+            },
+            admin,
+        )
+    )["upsertAgentModel"]
+    assert second["isDefault"] is True
+    models = (await api.data("{ agentModels { id isDefault } }", None, admin))["agentModels"]
+    assert {m["id"]: m["isDefault"] for m in models} == {first["id"]: False, second["id"]: True}
+    renamed = (
+        await api.data(
+            upsert,
+            {"input": {"id": first["id"], "name": "Local 2", "provider": "builtin", "model": "d"}},
+            admin,
+        )
+    )["upsertAgentModel"]
+    assert renamed["name"] == "Local 2"
+    unknown = await api.gql(
+        upsert, {"input": {"id": "987654", "name": "x", "provider": "builtin", "model": "d"}}, admin
+    )
+    assert codes(unknown) == ["NOT_FOUND"]
+
+    owner = await factories.user()
+    agent = await factories.agent(
+        user_id=owner["id"],
+        model_id=int(second["id"]),
+        schedule={"type": "interval", "every_hours": 1},
+        next_run_at=FIXED_NOW + timedelta(minutes=10),
+    )
+    removed = await api.data(
+        "mutation($id: ID!) { removeAgentModel(id: $id) }", {"id": second["id"]}, admin
+    )
+    assert removed["removeAgentModel"] == second["id"]
+    after = (
+        await api.data(
+            "query($id: ID!) { agent(id: $id) { status model { id } nextRunAt canStart } }",
+            {"id": str(agent["id"])},
+            api.token(owner["id"]),
+        )
+    )["agent"]
+    assert after == {"status": "NO_MODEL", "model": None, "nextRunAt": None, "canStart": False}
+    again = await api.gql(
+        "mutation($id: ID!) { removeAgentModel(id: $id) }", {"id": second["id"]}, admin
+    )
+    assert codes(again) == ["NOT_FOUND"]
+
+
+async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Factories) -> None:
+    tool = await factories.tool("toggle_me", agents_allowed=False)
+    admin = api.token(ADMIN, admin=True)
+    data = await api.data(
+        "mutation($t: ID!) { setToolAllowed(toolId: $t, allowed: true) { name agentsAllowed } }",
+        {"t": str(tool["id"])},
+        admin,
+    )
+    assert data["setToolAllowed"] == {"name": "toggle_me", "agentsAllowed": True}
+    missing = await api.gql(
+        'mutation { setToolAllowed(toolId: "55555", allowed: true) { id } }', None, admin
+    )
+    assert codes(missing) == ["NOT_FOUND"]
+    update = """mutation($input: PlatformSettingsInput!) { updatePlatformSettings(input: $input) {
+        weeklyTokenCap timezone platformPrompt iterationCap } }"""
+    data = await api.data(
+        update,
+        {
+            "input": {
+                "weeklyTokenCap": 10000,
+                "timezone": "America/New_York",
+                "platformPrompt": "Be kind.",
+                "iterationCap": 4,
+            }
+        },
+        admin,
+    )
+    assert data["updatePlatformSettings"] == {
+        "weeklyTokenCap": 10000,
+        "timezone": "America/New_York",
+        "platformPrompt": "Be kind.",
+        "iterationCap": 4,
+    }
+    # Absent: unchanged. Explicit null: no cap.
+    data = await api.data(update, {"input": {"weeklyTokenCap": None}}, admin)
+    assert data["updatePlatformSettings"]["weeklyTokenCap"] is None
+    assert data["updatePlatformSettings"]["timezone"] == "America/New_York"
+    budget = await api.data(
+        "{ viewer { budget { capTokens remainingTokens exceeded } } }", None, admin
+    )
+    assert budget["viewer"]["budget"] == {
+        "capTokens": None,
+        "remainingTokens": None,
+        "exceeded": False,
+    }

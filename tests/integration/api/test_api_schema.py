@@ -1,0 +1,91 @@
+"""The exported SDL matches the code, and the code covers the contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from graphql import (
+    GraphQLEnumType,
+    GraphQLInputObjectType,
+    GraphQLInterfaceType,
+    GraphQLObjectType,
+    GraphQLSchema,
+    GraphQLUnionType,
+    build_schema,
+)
+
+from agent_engine.api.schema import export_sdl, subscription_type
+
+ROOT = Path(__file__).resolve().parents[3]
+COMMITTED_SDL = ROOT / "schema" / "schema.graphql"
+# A copy of ../shared/api/schema.graphql, so the test does not depend on a sibling checkout.
+CONTRACT = Path(__file__).with_name("contract.graphql")
+
+
+def test_committed_sdl_matches_the_code() -> None:
+    assert COMMITTED_SDL.read_text() == export_sdl(), (
+        "schema/schema.graphql is stale: run `agent-engine export-schema`"
+    )
+
+
+def _missing(contract: GraphQLSchema, ours: GraphQLSchema) -> list[str]:
+    missing: list[str] = []
+    for name, expected in contract.type_map.items():
+        if name.startswith("__"):
+            continue
+        actual = ours.type_map.get(name)
+        if actual is None:
+            missing.append(f"type {name}")
+            continue
+        if type(actual) is not type(expected):
+            missing.append(f"type {name}: {type(actual).__name__}")
+            continue
+        if isinstance(expected, GraphQLEnumType):
+            assert isinstance(actual, GraphQLEnumType)
+            missing += [f"{name}.{v}" for v in expected.values if v not in actual.values]
+        if isinstance(expected, GraphQLUnionType):
+            assert isinstance(actual, GraphQLUnionType)
+            if {t.name for t in expected.types} != {t.name for t in actual.types}:
+                missing.append(f"union {name} members")
+        if isinstance(expected, GraphQLInputObjectType):
+            assert isinstance(actual, GraphQLInputObjectType)
+            if expected.is_one_of != actual.is_one_of:
+                missing.append(f"{name} @oneOf")
+            for field, definition in expected.fields.items():
+                ours_field = actual.fields.get(field)
+                if ours_field is None or str(ours_field.type) != str(definition.type):
+                    missing.append(f"{name}.{field}: {definition.type}")
+                elif ours_field.default_value != definition.default_value:
+                    missing.append(f"{name}.{field} default")
+        if isinstance(expected, GraphQLObjectType | GraphQLInterfaceType):
+            assert isinstance(actual, GraphQLObjectType | GraphQLInterfaceType)
+            for field, definition in expected.fields.items():
+                ours_field = actual.fields.get(field)
+                if ours_field is None or str(ours_field.type) != str(definition.type):
+                    missing.append(f"{name}.{field}: {definition.type}")
+                    continue
+                for arg, arg_def in definition.args.items():
+                    ours_arg = ours_field.args.get(arg)
+                    if ours_arg is None or str(ours_arg.type) != str(arg_def.type):
+                        missing.append(f"{name}.{field}({arg}: {arg_def.type})")
+                    elif ours_arg.default_value != arg_def.default_value:
+                        missing.append(f"{name}.{field}({arg}) default")
+    return missing
+
+
+def test_every_type_field_and_argument_of_the_contract_exists() -> None:
+    contract = build_schema(CONTRACT.read_text())
+    ours = build_schema(export_sdl())
+    missing = _missing(contract, ours)
+    if subscription_type() is None:
+        # Subscriptions are a later issue (api/subscriptions.py); everything else must be here.
+        missing = [m for m in missing if not m.startswith(("type Subscription", "Subscription."))]
+    assert not missing, missing
+
+
+@pytest.mark.skipif(subscription_type() is not None, reason="subscriptions exist now")
+def test_subscription_is_the_only_gap() -> None:
+    ours = build_schema(export_sdl())
+    assert ours.subscription_type is None
+    assert "RunEvent" in ours.type_map

@@ -1,0 +1,78 @@
+"""DataLoaders: a page of agents with its relations costs a constant number of SQL statements."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.integration.api.support import Api
+from tests.support.factories import Factories
+
+QUERY = """{ viewer { agents { id model { name } tools { name } lastRun { id state }
+  activeRun { id } owner { displayName } } budget { usedTokens } } }"""
+
+
+@contextmanager
+def counting_statements(database: str) -> Iterator[list[str]]:
+    """Statements sent to `database` by any engine (the server's lives in its own thread)."""
+    statements: list[str] = []
+    lock = threading.Lock()
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if conn.engine.url.database == database:
+            with lock:
+                statements.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+
+async def _agents_with_relations(factories: Factories, owner: int, count: int) -> None:
+    model = await factories.model()
+    tool = await factories.tool(f"tool_for_{owner}")
+    for i in range(count):
+        agent = await factories.agent(user_id=owner, model_id=model["id"], name=f"a{i}")
+        await factories.run(agent_id=agent["id"], state="succeeded", tokens_used=3)
+        await factories.run(agent_id=agent["id"], state="running")
+        async with factories.engine.begin() as conn:
+            from sqlalchemy import text
+
+            await conn.execute(
+                text("INSERT INTO agent_tools (agent_id, tool_id) VALUES (:a, :t)"),
+                {"a": agent["id"], "t": tool["id"]},
+            )
+
+
+async def test_statement_count_is_the_same_for_10_and_100_agents(
+    api: Api, factories: Factories, engine: AsyncEngine
+) -> None:
+    small, large = 51, 52
+    await factories.user(id=small)
+    await factories.user(id=large)
+    await _agents_with_relations(factories, small, 10)
+    await _agents_with_relations(factories, large, 100)
+    # Warm up: provisioning on first sight is a one-off, not part of the page's cost.
+    for owner in (small, large):
+        await api.data("{ viewer { isAdmin } }", None, api.token(owner))
+
+    database = engine.url.database
+    assert database is not None
+    counts = {}
+    for owner, size in ((small, 10), (large, 100)):
+        with counting_statements(database) as statements:
+            data = await api.data(QUERY, None, api.token(owner))
+        agents = data["viewer"]["agents"]
+        assert len(agents) == size
+        assert all(a["lastRun"] and a["activeRun"] and a["tools"] and a["model"] for a in agents)
+        counts[size] = len(statements)
+    assert counts[10] == counts[100], counts
+    assert 0 < counts[100] <= 12, counts
