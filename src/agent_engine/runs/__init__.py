@@ -1,0 +1,1 @@
+"""The run lifecycle: request, schedule tick, execute with heartbeat, reap."""

@@ -1,0 +1,266 @@
+"""Executing one queued run: claim, heartbeat, runtime, finish — every write a compare-and-set.
+
+A redelivered or duplicate message finds the run no longer `queued` and changes nothing. A run the
+reaper failed while this worker was still busy is noticed by the next heartbeat (its CAS matches no
+row): the work is abandoned and the late finish, being a CAS on `state = 'running'`, writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.db.platform import load_platform_settings
+from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
+from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
+from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runtime.context import load_run_context
+from agent_engine.runtime.loop import Runtime
+
+log = logging.getLogger(__name__)
+
+# The run's own wall-clock limit; the Dramatiq actor's time limit sits above it.
+RUN_TIMEOUT = timedelta(minutes=10)
+
+NowFn = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+_CLAIM_READ_SQL = text(
+    "SELECT r.state, a.user_id, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model"
+    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+    " WHERE r.id = :run_id"
+    " FOR UPDATE OF r"
+)
+
+_START_SQL = text(
+    "UPDATE agent_runs SET state = 'running', started_at = :now, heartbeat_at = :now"
+    " WHERE id = :run_id AND state = 'queued'"
+)
+
+_SKIP_AT_CLAIM_SQL = text(
+    "UPDATE agent_runs SET state = 'skipped', reason = :reason, tokens_used = 0,"
+    " finished_at = :now"
+    " WHERE id = :run_id AND state = 'queued'"
+)
+
+_FAIL_AT_CLAIM_SQL = text(
+    "UPDATE agent_runs SET state = 'failed', reason = :reason, error = :error, finished_at = :now"
+    " WHERE id = :run_id AND state = 'queued'"
+)
+
+_HEARTBEAT_SQL = text(
+    "UPDATE agent_runs SET heartbeat_at = :now, tokens_used = GREATEST(tokens_used, :tokens)"
+    " WHERE id = :run_id AND state = 'running'"
+)
+
+_FINISH_SQL = text(
+    "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
+    " tokens_used = GREATEST(tokens_used, :tokens), finished_at = :now, heartbeat_at = :now"
+    " WHERE id = :run_id AND state = 'running'"
+)
+
+INTERRUPTED_ERROR = "interrupted: the worker stopped before the run finished"
+
+
+class _TokenMeter:
+    """Tokens spent so far, fed by the runtime after each model call."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def record(self, tokens: int) -> None:
+        # The runtime reports the running total; max() also tolerates a repeated report.
+        self.total = max(self.total, int(tokens))
+
+
+async def execute_run(
+    engine: AsyncEngine,
+    runtime: Runtime,
+    run_id: int,
+    *,
+    now_fn: NowFn = utc_now,
+    heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
+    run_timeout: timedelta = RUN_TIMEOUT,
+) -> RunState | None:
+    """Execute a queued run. Returns the state this call left it in, None if it changed nothing."""
+    claimed = await _claim(engine, run_id, now=now_fn())
+    if claimed is not RunState.RUNNING:
+        return claimed
+    meter = _TokenMeter()
+    async with engine.connect() as conn:
+        ctx = await load_run_context(conn, run_id)
+    if ctx is None:
+        return await _finish(
+            engine,
+            run_id,
+            now=now_fn(),
+            state=RunState.FAILED,
+            reason=RunReason.ERROR,
+            error="the run's agent or model is gone",
+            tokens=0,
+        )
+    work = asyncio.ensure_future(runtime.execute(ctx, now=now_fn(), on_tokens=meter.record))
+    beat = asyncio.ensure_future(
+        _heartbeat(engine, run_id, interval=heartbeat_interval, now_fn=now_fn, meter=meter)
+    )
+    try:
+        done, _ = await asyncio.wait(
+            {work, beat}, timeout=run_timeout.total_seconds(), return_when=asyncio.FIRST_COMPLETED
+        )
+    except asyncio.CancelledError:
+        # Worker shutdown or the actor's time limit: release the agent now rather than after
+        # STALE_AFTER, then let the cancellation go on.
+        await _cancel(work, beat)
+        await _finish(
+            engine,
+            run_id,
+            now=now_fn(),
+            state=RunState.FAILED,
+            reason=RunReason.ERROR,
+            error=INTERRUPTED_ERROR,
+            tokens=meter.total,
+        )
+        raise
+    if work not in done:
+        await _cancel(work, beat)
+        if beat in done:
+            log.warning("run %s is no longer running (reaped?); abandoning it", run_id)
+            return None
+        return await _finish(
+            engine,
+            run_id,
+            now=now_fn(),
+            state=RunState.FAILED,
+            reason=RunReason.ERROR,
+            error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
+            tokens=meter.total,
+        )
+    await _cancel(beat)
+    try:
+        outcome = work.result()
+    except Exception as exc:
+        log.exception("run %s: the runtime raised", run_id)
+        return await _finish(
+            engine,
+            run_id,
+            now=now_fn(),
+            state=RunState.FAILED,
+            reason=RunReason.ERROR,
+            error=f"{type(exc).__name__}: {exc}",
+            tokens=meter.total,
+        )
+    return await _finish(
+        engine,
+        run_id,
+        now=now_fn(),
+        state=RunState(outcome.state),
+        reason=RunReason(outcome.reason) if outcome.reason else None,
+        output=outcome.output,
+        error=outcome.error,
+        tokens=max(int(outcome.tokens_used), meter.total),
+    )
+
+
+async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> RunState | None:
+    """queued → running, or → skipped (budget spent) / failed (gate closed since the request)."""
+    async with engine.begin() as conn:
+        # The row lock serialises duplicate messages: the second one reads the new state.
+        row = (await conn.execute(_CLAIM_READ_SQL, {"run_id": run_id})).one_or_none()
+        if row is None or row.state != RunState.QUEUED:
+            return None
+        lock = closed_lock(
+            enabled=row.enabled, admin_paused=row.admin_paused, has_model=row.has_model
+        )
+        if lock is not None:
+            await conn.execute(
+                _FAIL_AT_CLAIM_SQL,
+                {
+                    "run_id": run_id,
+                    "now": now,
+                    "reason": str(RunReason.ERROR),
+                    "error": f"the agent cannot start ({lock.value}): {LOCK_MESSAGES[lock]}",
+                },
+            )
+            return RunState.FAILED
+        platform = await load_platform_settings(conn)
+        if await owners_over_budget(conn, [row.user_id], now=now, platform=platform):
+            await conn.execute(
+                _SKIP_AT_CLAIM_SQL,
+                {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
+            )
+            return RunState.SKIPPED
+        await conn.execute(_START_SQL, {"run_id": run_id, "now": now})
+        return RunState.RUNNING
+
+
+async def _heartbeat(
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    interval: timedelta,
+    now_fn: NowFn,
+    meter: _TokenMeter,
+) -> None:
+    """Beat until the run is no longer ours; returns only then (the caller abandons the work)."""
+    while True:
+        await asyncio.sleep(interval.total_seconds())
+        try:
+            async with engine.begin() as conn:
+                result = await conn.execute(
+                    _HEARTBEAT_SQL, {"run_id": run_id, "now": now_fn(), "tokens": meter.total}
+                )
+        except Exception:
+            # A database blip must not kill the run; STALE_AFTER spans several beats.
+            log.warning("run %s: heartbeat failed", run_id, exc_info=True)
+            continue
+        if result.rowcount == 0:
+            return
+
+
+async def _finish(
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    now: datetime,
+    state: RunState,
+    reason: RunReason | None,
+    tokens: int,
+    output: str | None = None,
+    error: str | None = None,
+) -> RunState | None:
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            _FINISH_SQL,
+            {
+                "run_id": run_id,
+                "now": now,
+                "state": str(state),
+                "reason": str(reason) if reason else None,
+                "output": output,
+                "error": error,
+                "tokens": tokens,
+            },
+        )
+    if result.rowcount == 0:
+        log.warning("run %s was no longer running at its finish; nothing written", run_id)
+        return None
+    return state
+
+
+async def _cancel(*tasks: asyncio.Future[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -1,0 +1,88 @@
+"""The reaper: releases runs nobody is working on, re-sends messages nobody received.
+
+- `running` with no heartbeat for `stale_after` → `failed`/`stale` (the worker died; the lock on
+  the agent is released and its tokens so far count).
+- `queued` older than `resend_after` → the execute message is sent again (Redis lost it, or the
+  API could not send it). Duplicates are harmless: the claim is a compare-and-set.
+- `queued` older than `fail_after` → `failed`/`stale`: nobody will run it any more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.domain.runs import STALE_AFTER
+from agent_engine.runs.request import Enqueue, send_after_commit
+
+QUEUED_RESEND_AFTER = timedelta(seconds=60)
+QUEUED_FAIL_AFTER = timedelta(hours=1)
+
+_REAP_RUNNING_SQL = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
+    " error = :error"
+    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at) < :cutoff"
+    " RETURNING id"
+)
+
+_REAP_QUEUED_SQL = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
+    " error = :error"
+    " WHERE state = 'queued' AND created_at < :cutoff"
+    " RETURNING id"
+)
+
+# While workers are down every tick re-sends the same runs; the cap bounds the duplicates one
+# tick adds (they are harmless, the claim is a compare-and-set, but they cost a lookup each).
+RESEND_LIMIT_PER_TICK = 1000
+
+_UNCLAIMED_SQL = text(
+    "SELECT id FROM agent_runs WHERE state = 'queued' AND created_at < :cutoff"
+    " ORDER BY id LIMIT :limit"
+)
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    failed_running: list[int] = field(default_factory=list)
+    failed_queued: list[int] = field(default_factory=list)
+    resent: list[int] = field(default_factory=list)
+
+
+async def reap_stale_runs(
+    engine: AsyncEngine,
+    *,
+    now: datetime,
+    stale_after: timedelta = STALE_AFTER,
+    resend_after: timedelta = QUEUED_RESEND_AFTER,
+    fail_after: timedelta = QUEUED_FAIL_AFTER,
+    enqueue: Enqueue,
+) -> ReapResult:
+    async with engine.begin() as conn:
+        running = await conn.execute(
+            _REAP_RUNNING_SQL,
+            {
+                "now": now,
+                "cutoff": now - stale_after,
+                "error": f"no heartbeat for {stale_after.total_seconds():g} s: the worker is gone",
+            },
+        )
+        failed_running = sorted(int(r.id) for r in running)
+        queued = await conn.execute(
+            _REAP_QUEUED_SQL,
+            {
+                "now": now,
+                "cutoff": now - fail_after,
+                "error": f"no worker claimed the run within {fail_after.total_seconds():g} s",
+            },
+        )
+        failed_queued = sorted(int(r.id) for r in queued)
+        unclaimed = await conn.execute(
+            _UNCLAIMED_SQL, {"cutoff": now - resend_after, "limit": RESEND_LIMIT_PER_TICK}
+        )
+        resent = [int(r.id) for r in unclaimed]
+    await send_after_commit(enqueue, resent)
+    return ReapResult(failed_running=failed_running, failed_queued=failed_queued, resent=resent)

@@ -1,0 +1,102 @@
+"""Requesting a run: the start gate, the runtime gate, then a journal row.
+
+Manual and scheduled starts share this path (the scheduler calls the same journal helpers for a
+batch). A closed start gate writes nothing and raises; a closed runtime gate writes a `skipped`
+row; otherwise a `queued` row whose execute message is sent only after the commit, so a worker
+never receives the id of a row it cannot see yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.db.platform import load_platform_settings
+from agent_engine.domain.gate import Lock, closed_lock
+from agent_engine.domain.runs import RunState, RunTrigger
+from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.journal import insert_requested_runs
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[[int], None]
+
+
+class AgentNotFound(Exception):
+    def __init__(self, agent_id: int) -> None:
+        super().__init__(f"agent {agent_id} not found")
+        self.agent_id = agent_id
+
+
+class AgentNotStartable(Exception):
+    """The start gate is closed; `lock` says which lock (the API maps it to AGENT_NOT_STARTABLE)."""
+
+    def __init__(self, agent_id: int, lock: Lock) -> None:
+        super().__init__(f"agent {agent_id} cannot start: {lock}")
+        self.agent_id = agent_id
+        self.lock = lock
+
+
+_AGENT_GATE_SQL = text(
+    "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
+    " FROM agents WHERE id = :agent_id"
+)
+
+
+async def request_run(
+    engine: AsyncEngine,
+    agent_id: int,
+    *,
+    trigger: RunTrigger,
+    now: datetime,
+    enqueue: Enqueue,
+) -> dict[str, Any]:
+    """Request one run; returns the inserted `agent_runs` row (queued or skipped)."""
+    async with engine.begin() as conn:
+        agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
+        if agent is None:
+            raise AgentNotFound(agent_id)
+        lock = closed_lock(
+            enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
+        )
+        if lock is not None:
+            raise AgentNotStartable(agent_id, lock)
+        platform = await load_platform_settings(conn)
+        spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
+        rows = await insert_requested_runs(
+            conn,
+            [agent_id],
+            trigger=trigger,
+            now=now,
+            budget_spent=[agent_id] if spent else [],
+        )
+    row = rows[agent_id]
+    if row["state"] == RunState.QUEUED:
+        await send_after_commit(enqueue, [int(row["id"])])
+    return row
+
+
+async def send_after_commit(enqueue: Enqueue, run_ids: Iterable[int]) -> None:
+    """Send execute messages for committed queued runs.
+
+    A failed send is logged, not raised: the row is committed, and the reaper re-sends messages
+    for queued runs nobody claimed. The sends run off the event loop (the broker client blocks).
+    """
+    ids = list(run_ids)
+    if not ids:
+        return
+
+    def send_all() -> None:
+        for run_id in ids:
+            try:
+                enqueue(run_id)
+            except Exception:
+                log.exception("could not send the execute message for run %s", run_id)
+
+    await asyncio.to_thread(send_all)

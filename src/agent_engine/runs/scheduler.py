@@ -1,0 +1,169 @@
+"""The schedule tick: claim due agents, journal a scheduled run each, advance their slots.
+
+Each batch is one transaction of a fixed number of statements, whatever its size: claim
+(`FOR UPDATE SKIP LOCKED`, so several clocks and workers split the due agents instead of
+duplicating them), platform settings, the budget of the batch's owners, the journal inserts and
+one `UPDATE … FROM unnest(…)` for the new slots. Messages are sent after the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agent_engine.db.platform import PlatformSettings, load_platform_settings, zone_or_utc
+from agent_engine.domain.runs import RunState, RunTrigger
+from agent_engine.domain.schedule import (
+    Schedule,
+    ScheduleError,
+    parse_schedule,
+    slot_after_fire,
+)
+from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.journal import insert_requested_runs
+from agent_engine.runs.request import Enqueue, send_after_commit
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 500
+
+# The gate is repeated here although the trigger keeps next_run_at NULL for closed agents: the
+# claim must never start a locked agent, whatever wrote the row. NO KEY UPDATE (not UPDATE): the
+# FK check of a concurrent manual start's INSERT takes KEY SHARE on the agent; FOR UPDATE would
+# block it while it holds the unfinished-run index entry we wait for — a deadlock.
+_CLAIM_DUE_SQL = text(
+    "SELECT a.id, a.user_id, a.next_run_at, CAST(a.schedule AS text) AS schedule,"
+    " u.timezone AS owner_timezone"
+    " FROM agents a JOIN users u ON u.id = a.user_id"
+    " WHERE a.next_run_at <= :now"
+    " AND a.enabled AND NOT a.admin_paused AND a.model_id IS NOT NULL"
+    " ORDER BY a.next_run_at"
+    " LIMIT :batch_size"
+    " FOR NO KEY UPDATE OF a SKIP LOCKED"
+)
+
+_ADVANCE_SQL = text(
+    "UPDATE agents AS a SET next_run_at = t.next_run_at"
+    " FROM unnest(CAST(:agent_ids AS bigint[]), CAST(:next_run_ats AS timestamptz[]))"
+    " AS t(agent_id, next_run_at)"
+    " WHERE a.id = t.agent_id"
+)
+
+
+@dataclass(frozen=True)
+class _DueAgent:
+    agent_id: int
+    owner_id: int
+    fired_slot: datetime
+    schedule_json: str | None
+    owner_timezone: str | None
+
+
+async def schedule_due_agents(
+    engine: AsyncEngine,
+    *,
+    now: datetime,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    enqueue: Enqueue,
+) -> int:
+    """Process every agent due at `now`, batch by batch; returns how many agents were claimed."""
+    total = 0
+    while True:
+        claimed, queued_run_ids = await _process_batch(engine, now=now, batch_size=batch_size)
+        await send_after_commit(enqueue, queued_run_ids)
+        total += claimed
+        # A short batch means nothing due is left unlocked; locked rows belong to another tick.
+        if claimed < batch_size:
+            return total
+
+
+async def _process_batch(
+    engine: AsyncEngine, *, now: datetime, batch_size: int
+) -> tuple[int, list[int]]:
+    async with engine.begin() as conn:
+        result = await conn.execute(_CLAIM_DUE_SQL, {"now": now, "batch_size": batch_size})
+        due = [
+            _DueAgent(
+                agent_id=int(row.id),
+                owner_id=int(row.user_id),
+                fired_slot=row.next_run_at,
+                schedule_json=row.schedule,
+                owner_timezone=row.owner_timezone,
+            )
+            for row in result
+        ]
+        if not due:
+            return 0, []
+        platform = await load_platform_settings(conn)
+        spent_owners = await owners_over_budget(
+            conn, {d.owner_id for d in due}, now=now, platform=platform
+        )
+        rows = await insert_requested_runs(
+            conn,
+            [d.agent_id for d in due],
+            trigger=RunTrigger.SCHEDULED,
+            now=now,
+            budget_spent={d.agent_id for d in due if d.owner_id in spent_owners},
+        )
+        await _advance_slots(conn, due, now=now, platform=platform)
+    queued = [int(r["id"]) for r in rows.values() if r["state"] == RunState.QUEUED]
+    return len(due), queued
+
+
+async def _advance_slots(
+    conn: AsyncConnection, due: list[_DueAgent], *, now: datetime, platform: PlatformSettings
+) -> None:
+    schedules = _ScheduleCache()
+    zones: dict[str | None, ZoneInfo] = {}
+    next_run_ats: list[datetime | None] = []
+    for agent in due:
+        zone = zones.get(agent.owner_timezone)
+        if zone is None:
+            zone = zones[agent.owner_timezone] = (
+                zone_or_utc(agent.owner_timezone) if agent.owner_timezone else platform.zone
+            )
+        next_run_ats.append(_next_slot(agent, schedules, now=now, zone=zone))
+    await conn.execute(
+        _ADVANCE_SQL,
+        {"agent_ids": [d.agent_id for d in due], "next_run_ats": next_run_ats},
+    )
+
+
+def _next_slot(
+    agent: _DueAgent, schedules: _ScheduleCache, *, now: datetime, zone: ZoneInfo
+) -> datetime | None:
+    try:
+        schedule = schedules.get(agent.schedule_json)
+    except (ValueError, ScheduleError):
+        # An unreadable stored schedule must not be claimed again on every tick.
+        log.exception("agent %s has an invalid schedule; clearing its next slot", agent.agent_id)
+        return None
+    if schedule is None:
+        return None
+    slot = slot_after_fire(schedule, fired_slot=agent.fired_slot, now=now, zone=zone)
+    if slot <= now:
+        log.error("agent %s: next slot %s is not after %s; clearing it", agent.agent_id, slot, now)
+        return None
+    return slot
+
+
+class _ScheduleCache:
+    """Schedules repeat across agents ("every 6 hours"): parse each distinct JSON once a batch."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, Schedule | None] = {}
+
+    def get(self, schedule_json: str | None) -> Schedule | None:
+        if schedule_json is None:
+            return None
+        if schedule_json not in self._parsed:
+            data: Any = json.loads(schedule_json)
+            self._parsed[schedule_json] = parse_schedule(data)
+        return self._parsed[schedule_json]

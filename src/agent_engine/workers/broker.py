@@ -1,0 +1,82 @@
+"""The Dramatiq broker: the one place that calls `dramatiq.set_broker`.
+
+Redis (Valkey) from `REDIS_URL` by default; `BROKER_URL=amqp://…` selects RabbitMQ. The API, the
+clock and the workers all call `configure_broker(settings)` once at start-up; after that
+`enqueue_execute(run_id)` sends an execute message from any thread of the process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import dramatiq
+from dramatiq.middleware import AsyncIO
+
+from agent_engine.settings import Settings
+from agent_engine.workers.actors import Actors, declare_actors
+
+_lock = threading.Lock()
+_configured: tuple[Settings, dramatiq.Broker, Actors] | None = None
+
+
+def configure_broker(settings: Settings) -> dramatiq.Broker:
+    """Create, install and return the broker with the actors declared on it.
+
+    Idempotent: the same settings return the same broker. Different settings (a test with a new
+    database) replace it, closing the old one.
+    """
+    global _configured
+    with _lock:
+        if _configured is not None:
+            old_settings, old_broker, _ = _configured
+            if old_settings == settings:
+                return old_broker
+            old_broker.close()
+            _configured = None
+        broker = _make_broker(settings)
+        broker.add_middleware(AsyncIO())
+        actors = declare_actors(broker, settings)
+        dramatiq.set_broker(broker)
+        _configured = (settings, broker, actors)
+        return broker
+
+
+def _make_broker(settings: Settings) -> dramatiq.Broker:
+    url = settings.effective_broker_url
+    if not url:
+        raise RuntimeError("no broker: set REDIS_URL (or BROKER_URL=amqp://… for RabbitMQ)")
+    if url.startswith(("amqp://", "amqps://")):
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        return RabbitmqBroker(url=url)
+    from dramatiq.brokers.redis import RedisBroker
+
+    return RedisBroker(url=url)  # type: ignore[no-untyped-call]
+
+
+def actors() -> Actors:
+    if _configured is None:
+        raise RuntimeError("the broker is not configured: call configure_broker(settings) first")
+    return _configured[2]
+
+
+def enqueue_execute(run_id: int) -> None:
+    """Send the execute message for a committed `queued` run."""
+    actors().execute_run.send(run_id)
+
+
+def send_schedule_tick() -> None:
+    actors().schedule_due_agents.send()
+
+
+def send_reap_tick() -> None:
+    actors().reap_stale_runs.send()
+
+
+def close_broker() -> None:
+    """Close the broker's connections (process exit, tests)."""
+    global _configured
+    with _lock:
+        if _configured is not None:
+            _configured[1].close()
+            _configured = None

@@ -1,0 +1,77 @@
+"""`agent-engine clock`: sends the schedule tick and the reap tick, nothing else.
+
+Safe to run several replicas: the scan claims agents with `FOR UPDATE SKIP LOCKED` and every actor
+is idempotent, so extra ticks cost a query, never a duplicate run. No leader election.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from agent_engine.observability.logging import configure_logging
+from agent_engine.settings import Settings
+from agent_engine.workers.broker import (
+    close_broker,
+    configure_broker,
+    send_reap_tick,
+    send_schedule_tick,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Tick:
+    name: str
+    every_seconds: float
+    send: Callable[[], None]
+    due_at: float = 0.0  # monotonic; 0 = at start
+
+
+def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> None:
+    """Tick until SIGTERM/SIGINT (or until `stop` is set, for an embedding caller)."""
+    configure_logging(settings)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+    configure_broker(settings)
+    ticks = [
+        _Tick("schedule", settings.schedule_tick_seconds, send_schedule_tick),
+        _Tick("reap", settings.reap_tick_seconds, send_reap_tick),
+    ]
+    log.info(
+        "clock started: schedule tick every %gs, reap tick every %gs",
+        settings.schedule_tick_seconds,
+        settings.reap_tick_seconds,
+    )
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            for tick in ticks:
+                if now >= tick.due_at:
+                    # Fixed cadence from now, not from the missed due time: no burst after a stall.
+                    tick.due_at = now + tick.every_seconds
+                    _send(tick)
+            stop.wait(max(0.0, min(t.due_at for t in ticks) - time.monotonic()))
+    finally:
+        close_broker()
+        log.info("clock stopped")
+
+
+def _send(tick: _Tick) -> None:
+    try:
+        tick.send()
+    except Exception:
+        # The broker is down: the next tick tries again; nothing is lost (state is in PostgreSQL).
+        log.warning("could not send the %s tick", tick.name, exc_info=True)

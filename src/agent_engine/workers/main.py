@@ -1,0 +1,146 @@
+"""`agent-engine worker`: Dramatiq worker processes running the actors.
+
+One process runs `dramatiq.Worker` in-process with the settings it was given (no environment
+round-trip). `--processes N` starts N such processes (spawned, each with its own event loop,
+engine and broker connection) and supervises them: a child that dies is replaced, SIGTERM/SIGINT
+stop them all. On a stop, runs in progress get a grace period to finish; runs still going after it
+are interrupted and journalled as failed, and anything harder (SIGKILL) is left to the reaper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+import dramatiq
+
+from agent_engine.observability.logging import configure_logging
+from agent_engine.settings import Settings
+from agent_engine.workers.actors import QUEUES
+from agent_engine.workers.broker import close_broker, configure_broker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_THREADS = 8
+# How long a stopping worker lets runs in progress finish before interrupting them.
+SHUTDOWN_GRACE_SECONDS = 20.0
+# A crashing child is replaced, but not in a hot loop.
+RESTART_DELAY_SECONDS = 1.0
+SUPERVISE_POLL_SECONDS = 0.5
+
+
+def run_worker(
+    settings: Settings,
+    *,
+    processes: int = 1,
+    threads: int = DEFAULT_THREADS,
+    queues: Iterable[str] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT."""
+    queue_set = _check_queues(queues)
+    if processes <= 1:
+        _serve(settings, threads, queue_set)
+    else:
+        _supervise(settings, processes, threads, queue_set)
+
+
+def _check_queues(queues: Iterable[str] | None) -> set[str] | None:
+    if not queues:
+        return None
+    chosen = set(queues)
+    unknown = chosen - set(QUEUES)
+    if unknown:
+        raise ValueError(f"unknown queues {sorted(unknown)}; the queues are {list(QUEUES)}")
+    return chosen
+
+
+def start_worker(
+    settings: Settings, *, threads: int = DEFAULT_THREADS, queues: set[str] | None = None
+) -> dramatiq.Worker:
+    """Start a worker in this process; the caller stops it with `stop_worker`. Also for tests."""
+    broker = configure_broker(settings)
+    worker = dramatiq.Worker(broker, queues=queues, worker_threads=threads)
+    worker.start()
+    return worker
+
+
+def stop_worker(worker: dramatiq.Worker, *, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
+    worker.stop(timeout=int(grace_seconds * 1000))
+
+
+def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
+    configure_logging(settings)
+    stop = threading.Event()
+    _on_stop_signals(stop)
+    worker = start_worker(settings, threads=threads, queues=queues)
+    log.info("worker started: %d threads, queues %s", threads, sorted(queues or QUEUES))
+    try:
+        stop.wait()
+    finally:
+        log.info("worker stopping")
+        stop_worker(worker)
+        close_broker()
+
+
+def _supervise(settings: Settings, processes: int, threads: int, queues: set[str] | None) -> None:
+    configure_logging(settings)
+    stop = threading.Event()
+    _on_stop_signals(stop)
+    spawn = multiprocessing.get_context("spawn")
+
+    def start_child() -> BaseProcess:
+        child = spawn.Process(
+            target=_child_main, args=(settings, threads, queues), name="agent-engine-worker"
+        )
+        child.start()
+        return child
+
+    children = [start_child() for _ in range(processes)]
+    try:
+        while not stop.wait(SUPERVISE_POLL_SECONDS):
+            for index, child in enumerate(children):
+                if not child.is_alive() and not stop.is_set():
+                    log.error(
+                        "worker process %s exited (%s); replacing it", child.pid, child.exitcode
+                    )
+                    time.sleep(RESTART_DELAY_SECONDS)
+                    children[index] = start_child()
+    finally:
+        for child in children:
+            if child.is_alive() and child.pid is not None:
+                _signal(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS * 2 + 10
+        for child in children:
+            child.join(max(0.0, deadline - time.monotonic()))
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+
+def _child_main(settings: Settings, threads: int, queues: set[str] | None) -> None:
+    _serve(settings, threads, queues)
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _on_stop_signals(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT set `stop`; only possible from the main thread (else the embedder stops)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

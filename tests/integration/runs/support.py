@@ -1,0 +1,95 @@
+"""Helpers shared by the run-lifecycle tests (integration and e2e): polling, worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.settings import Settings
+
+FAKE_KEY_ENV = "AGENT_ENGINE_TEST_FAKE_OPENAI_KEY"
+POLL_SECONDS = 0.05
+PROCESS_STOP_SECONDS = 15.0
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any]], *, within: float = 20.0, what: str = "condition"
+) -> Any:
+    """Poll `probe` until it returns something truthy; return that."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def fetch(engine: AsyncEngine, sql: str, **params: Any) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        return [dict(r._mapping) for r in await conn.execute(text(sql), params)]
+
+
+async def run_row(engine: AsyncEngine, run_id: int) -> dict[str, Any]:
+    found = await fetch(engine, "SELECT * FROM agent_runs WHERE id = :r", r=run_id)
+    return found[0]
+
+
+def settings_env(settings: Settings, **overrides: object) -> dict[str, str]:
+    """The environment that makes a child process load exactly these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_ENGINE_")}
+    for key in ("DATABASE_URL", "REDIS_URL", "BROKER_URL"):
+        env.pop(key, None)
+    values = settings.model_dump()
+    values.update(overrides)
+    for name, value in values.items():
+        if value is not None:
+            env[f"AGENT_ENGINE_{name.upper()}"] = str(value)
+    env[FAKE_KEY_ENV] = "test-key"
+    return env
+
+
+def agent_engine_command(*args: str) -> list[str]:
+    script = Path(sys.executable).with_name("agent-engine")
+    if script.exists():
+        return [str(script), *args]
+    return [sys.executable, "-c", "from agent_engine.cli import main; main()", *args]
+
+
+@contextmanager
+def processes(
+    commands: list[list[str]], *, env: dict[str, str], log_dir: Path
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start processes; on exit SIGTERM them and wait (a killed one is simply reaped)."""
+    started: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for index, command in enumerate(commands):
+            log = (log_dir / f"process-{index}-{command[1]}.log").open("wb")
+            logs.append(log)
+            started.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+        yield started
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in started:
+            try:
+                proc.wait(PROCESS_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
