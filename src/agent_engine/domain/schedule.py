@@ -13,7 +13,11 @@ Slots (DESIGN §4):
 - Calendar slots are wall-clock in the owner's zone. A local time inside a DST gap fires the same
   offset past the gap (02:30 in a 02:00-03:00 gap fires at 03:30); a local time that occurs twice
   fires once, at the first occurrence. That is exactly PEP 495's `fold=0` reading of a wall time,
-  which is what `_wall_clock_slot` relies on.
+  which is what `_wall_clock_slot` relies on. Each local date (daily) or week (weekly) gets
+  exactly one slot. Where a gap swallows the end of a day (America/Nuuk jumps 23:00 -> 00:00 on
+  the last Saturday of March), a time in it still fires the same offset past the gap, so that
+  day's slot lands early on the next date (Saturday 23:30 fires Sunday 00:30); a local date the
+  zone skipped entirely (Pacific/Apia 2011-12-30) has no slot.
 """
 
 from __future__ import annotations
