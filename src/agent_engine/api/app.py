@@ -1,19 +1,25 @@
-"""The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, health and readiness.
+"""The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, health, readiness
+and metrics.
 
 The lifespan owns the process's resources and yields them as typed state (no globals): the engine,
-the settings, and the broker used to send execute messages after a manual start.
+the settings, the broker used to send execute messages after a manual start, and the run-event hub
+(one LISTEN connection per api process) that feeds the subscriptions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict, cast
+from urllib.parse import urlsplit
 
 import dramatiq
+import redis.asyncio as aioredis
 from cross_web import HTTPException
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,8 +33,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.exceptions import ConnectionRejectionError
+from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionResult
+from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.auth import (
@@ -39,10 +48,12 @@ from agent_engine.api.auth import (
     verify_token,
 )
 from agent_engine.api.context import Context, Enqueue
-from agent_engine.api.errors import ApiError
+from agent_engine.api.errors import ApiError, Unauthenticated
+from agent_engine.api.events import RunEventHub
 from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.schema import build_schema
 from agent_engine.db.engine import create_engine
+from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runtime.tools.registry import sync_tool_catalog
 from agent_engine.settings import Settings
 
@@ -52,6 +63,14 @@ STATIC_DIR = Path(__file__).parent / "static"
 GRAPHQL_PATH = "/graphql"
 STATIC_PATH = "/static"
 READINESS_TIMEOUT_SECONDS = 2.0
+# The api starts serving subscriptions once its LISTEN connection is up, or after this long (the
+# listener keeps reconnecting in the background).
+HUB_LISTEN_TIMEOUT_SECONDS = 10.0
+AMQP_DEFAULT_PORT = 5672
+AMQPS_DEFAULT_PORT = 5671
+# The AMQP 0-9-1 protocol header; a broker answers with a Connection.Start method frame (type 1).
+AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+AMQP_METHOD_FRAME = 1
 
 
 class State(TypedDict):
@@ -59,6 +78,7 @@ class State(TypedDict):
     settings: Settings
     broker: dramatiq.Broker | None
     enqueue: Enqueue
+    hub: RunEventHub
 
 
 def _no_broker(run_id: int) -> None:
@@ -125,6 +145,8 @@ class GraphQLView(GraphQL[Context, None]):
             now=self.clock(),
             request=request,
             response=response,
+            hub=state["hub"],
+            clock=self.clock,
         )
         if isinstance(request, Request):
             context.viewer, context.auth_error = await _authenticate(
@@ -133,14 +155,16 @@ class GraphQLView(GraphQL[Context, None]):
         return context
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
-        """graphql-transport-ws: the bearer token travels in the `connection_init` payload."""
-        params = context.connection_params or {}
-        authorization = params.get("Authorization") or params.get("authorization")
-        state = _state(context.request)
+        """graphql-transport-ws: the bearer token travels in the `connection_init` payload.
+
+        A connection without a valid token is refused: Strawberry closes it with 4403 (and a
+        `subscribe` before the acknowledgement with 4401), as the protocol says.
+        """
         viewer, error = await _authenticate(
-            state, authorization if isinstance(authorization, str) else None
+            _state(context.request), _ws_authorization(context.connection_params or {})
         )
-        if error is not None:
+        if viewer is None:
+            error = error or Unauthenticated()
             raise ConnectionRejectionError({"message": error.message, **error.extensions})
         context.viewer = viewer
         return cast(UnsetType, UNSET)
@@ -148,10 +172,51 @@ class GraphQLView(GraphQL[Context, None]):
     async def render_graphql_ide(self, request: Request) -> Response:
         return HTMLResponse((STATIC_DIR / "graphiql.html").read_text())
 
+    async def execute_single(
+        self,
+        request: Any,
+        request_adapter: Any,
+        sub_response: Any,
+        context: Context,
+        root_value: None,
+        request_data: Any,
+    ) -> ExecutionResult:
+        """As Strawberry's, but subscriptions are for graphql-transport-ws only: over plain HTTP
+        they are a 400 rather than a resolver run outside of a stream."""
+        allowed = OperationType.from_http(request_adapter.method) - {OperationType.SUBSCRIPTION}
+        try:
+            return await self.schema.execute(
+                request_data.query,
+                root_value=root_value,
+                variable_values=request_data.variables,
+                context_value=context,
+                operation_name=request_data.operation_name,
+                allowed_operation_types=allowed,
+                operation_extensions=request_data.extensions,
+            )
+        except CannotGetOperationTypeError as exc:
+            raise HTTPException(400, exc.as_http_error_reason()) from exc
+        except InvalidOperationTypeError as exc:
+            raise HTTPException(400, exc.as_http_error_reason(request_adapter.method)) from exc
+        except MissingQueryError as exc:
+            raise HTTPException(400, "No GraphQL query found in the request") from exc
+
     def _validate_batch_request(self, request_data: Any, protocol: Any) -> None:
         raise HTTPException(
             400, "batched requests are not supported: send one GraphQL operation per request"
         )
+
+
+def _ws_authorization(params: dict[str, Any]) -> str | None:
+    """`Authorization: Bearer …` (either case), or a bare `token`, from `connection_init`."""
+    for key in ("Authorization", "authorization"):
+        value = params.get(key)
+        if isinstance(value, str):
+            return value
+    token = params.get("token")
+    if isinstance(token, str) and token.strip():
+        return token if token.lower().startswith("bearer ") else f"Bearer {token.strip()}"
+    return None
 
 
 def _transport_error(message: str, status_code: int) -> Response:
@@ -166,14 +231,83 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready when the database and the broker answer; 503 naming what is down otherwise."""
     state = _state(request)
+    database, broker = await asyncio.gather(
+        _check_database(state["engine"]), _check_broker(state["settings"].effective_broker_url)
+    )
+    body: dict[str, str] = {"database": database, "broker": broker}
+    # Informational: a reconnecting listener delays subscription events, not requests.
+    body["events"] = "listening" if state["hub"].listening else "reconnecting"
+    down = [name for name in ("database", "broker") if body[name] == "unreachable"]
+    if down:
+        return JSONResponse({"status": "unavailable", "down": down, **body}, status_code=503)
+    return JSONResponse({"status": "ready", **body})
+
+
+async def _check_database(engine: AsyncEngine) -> str:
     try:
-        async with state["engine"].connect() as conn:
-            await conn.execute(text("SELECT 1"))
+        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
     except Exception as exc:
         logger.warning("readiness: database unreachable: %s", exc)
-        return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
-    return JSONResponse({"status": "ready", "database": "ok"})
+        return "unreachable"
+    return "ok"
+
+
+async def _check_broker(url: str | None) -> str:
+    if not url:
+        return "not configured"
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+            if url.startswith(("amqp://", "amqps://")):
+                await _amqp_handshake(url)
+            else:
+                client = aioredis.Redis.from_url(
+                    url,
+                    socket_connect_timeout=READINESS_TIMEOUT_SECONDS,
+                    socket_timeout=READINESS_TIMEOUT_SECONDS,
+                )
+                try:
+                    await client.ping()
+                finally:
+                    await client.aclose()
+    except Exception as exc:
+        logger.warning("readiness: broker unreachable: %s", exc)
+        return "unreachable"
+    return "ok"
+
+
+async def _amqp_handshake(url: str) -> None:
+    """Open a connection and read the broker's Connection.Start: it speaks AMQP and accepts us.
+    (Credentials are checked by the workers' own connections, not here.)"""
+    parts = urlsplit(url)
+    tls = parts.scheme == "amqps"
+    port = parts.port or (AMQPS_DEFAULT_PORT if tls else AMQP_DEFAULT_PORT)
+    reader, writer = await asyncio.open_connection(parts.hostname or "localhost", port, ssl=tls)
+    try:
+        writer.write(AMQP_PROTOCOL_HEADER)
+        await writer.drain()
+        frame_type = (await reader.readexactly(1))[0]
+        if frame_type != AMQP_METHOD_FRAME:
+            raise ConnectionError(f"not an AMQP 0-9-1 broker (frame type {frame_type})")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus text: this process's instruments plus the cluster-wide journal families."""
+    try:
+        async with _state(request)["engine"].connect() as conn:
+            snapshot = await database_snapshot(conn)
+    except Exception as exc:
+        # The scrape fails visibly (an alert) but still shows the process's own instruments.
+        logger.warning("metrics: database unreachable: %s", exc)
+        return Response(render([]), status_code=503, media_type=CONTENT_TYPE)
+    return Response(render(snapshot), media_type=CONTENT_TYPE)
 
 
 def create_app(
@@ -197,7 +331,24 @@ def create_app(
             async with active.begin() as conn:
                 await sync_tool_catalog(conn)
             broker, enqueue = _broker(settings)
-            yield State(engine=active, settings=settings, broker=broker, enqueue=enqueue)
+            hub = RunEventHub(
+                active.url.render_as_string(hide_password=False),
+                queue_size=settings.subscriber_queue_size,
+            )
+            await hub.start()
+            # Tests and operators find the process's hub here (subscriber count, listening).
+            app.state.hub = hub
+            try:
+                async with asyncio.timeout(HUB_LISTEN_TIMEOUT_SECONDS):
+                    await hub.wait_listening()
+            except TimeoutError:
+                logger.warning("run events: not listening yet; subscriptions wait for it")
+            try:
+                yield State(
+                    engine=active, settings=settings, broker=broker, enqueue=enqueue, hub=hub
+                )
+            finally:
+                await hub.stop()
         finally:
             if own_engine:
                 await active.dispose()
@@ -209,6 +360,7 @@ def create_app(
             WebSocketRoute(GRAPHQL_PATH, view),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/metrics", metrics),
             Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static"),
         ],
         middleware=[

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -13,6 +13,9 @@ from agent_engine.api.auth import Viewer
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.loaders import Loaders
 from agent_engine.settings import Settings
+
+if TYPE_CHECKING:
+    from agent_engine.api.events import RunEventHub
 
 Enqueue = Callable[[int], None]
 
@@ -30,9 +33,18 @@ class Context:
     response: Any = None
     # Set by Strawberry from the graphql-transport-ws `connection_init` payload.
     connection_params: dict[str, Any] | None = None
+    # The process's run-event hub (subscriptions) and the clock `now` was read from.
+    hub: RunEventHub | None = None
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     loaders: Loaders = field(init=False)
 
     def __post_init__(self) -> None:
+        self.loaders = Loaders(self.engine, now=self.now)
+
+    def refresh(self) -> None:
+        """A new `now` and empty loaders: a WebSocket context outlives many events, and each
+        event is resolved as a request of its own (no stale cached rows, no unbounded cache)."""
+        self.now = self.clock()
         self.loaders = Loaders(self.engine, now=self.now)
 
     def require_viewer(self) -> Viewer:

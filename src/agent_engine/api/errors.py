@@ -15,6 +15,8 @@ from typing import Any
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
+from agent_engine.observability.metrics import GRAPHQL_REQUESTS
+
 logger = logging.getLogger("agent_engine.api")
 
 UNAUTHENTICATED = "UNAUTHENTICATED"
@@ -104,9 +106,18 @@ class ErrorPolicy(SchemaExtension):
         yield
         result = self.execution_context.result
         errors = getattr(result, "errors", None)
+        GRAPHQL_REQUESTS.labels(outcome="error" if errors else "ok").inc()
         if result is None or not errors:
             return
         result.errors = [self._process(error) for error in errors]
+
+    def on_stream_result(self, result: Any) -> Iterator[None]:
+        # Over WebSocket each subscription event (and each query) is a result of its own; the
+        # operation hook above only sees the stream end.
+        errors = getattr(result, "errors", None)
+        if errors:
+            result.errors = [self._process(error) for error in errors]
+        yield
 
     def _process(self, error: GraphQLError) -> GraphQLError:
         if _is_client_error(error):

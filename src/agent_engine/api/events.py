@@ -56,6 +56,10 @@ class SubscriberTooSlow(Exception):
     """The subscriber's queue overflowed; the subscription ends, the client re-queries."""
 
 
+class _StreamEnded(Exception):
+    """Wakes a reader blocked on an empty queue when the subscriber is closed (hub stopping)."""
+
+
 @dataclass(eq=False)
 class Subscriber:
     """One subscription: which runs it may see and its bounded queue."""
@@ -84,9 +88,12 @@ class Subscriber:
             self.close()
 
     async def events(self) -> AsyncIterator[RunEvent]:
+        """The events until the subscriber is closed (then the iterator ends) or falls behind."""
         try:
-            while True:
+            while not (self.closed and self.queue.empty()):
                 item = await self.queue.get()
+                if isinstance(item, _StreamEnded):
+                    return
                 if isinstance(item, Exception):
                     raise item
                 yield item
@@ -98,6 +105,10 @@ class Subscriber:
             self.closed = True
             if self._hub is not None:
                 self._hub._remove(self)
+            # A reader waiting on an empty queue would wait forever; one with items left drains
+            # them and then sees `closed`.
+            if self.queue.empty():
+                self.queue.put_nowait(_StreamEnded())
 
 
 class RunEventHub:

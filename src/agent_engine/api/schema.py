@@ -1,5 +1,4 @@
-"""The Strawberry schema: Query, Mutation and, once it exists, the Subscription type of
-`api/subscriptions.py` (a later issue: add the module and re-export the SDL).
+"""The Strawberry schema: Query, Mutation and the Subscription type of `api/subscriptions.py`.
 
 `export_sdl()` is what `agent-engine export-schema` writes to `schema/schema.graphql`; a test fails
 when the committed file drifts from the code.
@@ -24,7 +23,7 @@ SUBSCRIPTIONS_MODULE = "agent_engine.api.subscriptions"
 
 
 def subscription_type() -> type[Any] | None:
-    """`Subscription` from api/subscriptions.py when that module exists (a later issue)."""
+    """`Subscription` from api/subscriptions.py (imported lazily: it needs the whole API)."""
     try:
         module = importlib.import_module(SUBSCRIPTIONS_MODULE)
     except ModuleNotFoundError as exc:
@@ -49,7 +48,6 @@ def build_schema(
         query=Query,
         mutation=Mutation,
         subscription=subscription_type(),
-        # Part of the contract even before a field returns it (the subscriptions use it).
         types=[RunEvent],
         extensions=[*extensions, ErrorPolicy],
         config=StrawberryConfig(batching_config=None),
