@@ -221,6 +221,7 @@ class EmbeddedValkey:
     persist: bool = False
     host: str = "127.0.0.1"
     _server: Any = field(default=None, init=False)
+    _retired: list[Any] = field(default_factory=list, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -255,6 +256,10 @@ class EmbeddedValkey:
         server = self._server
         port = getattr(server, "port", None)
         self.stop()
+        # The retired object stops "its" server when garbage-collected, by reading the pidfile --
+        # which the new server shares. Point it elsewhere so it cannot stop the new one.
+        server.pidfile = str(self.data_dir.resolve() / "retired.pid")
+        self._retired.append(server)
         fresh = ValkeyServer(
             port=port,
             host=self.host,
