@@ -12,6 +12,12 @@ import dramatiq
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.domain.runs import RunTrigger
+from agent_engine.runs.request import request_run
+from agent_engine.settings import Settings
+from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from agent_engine.workers.broker import enqueue_execute
 from tests.integration.runs.conftest import (  # noqa: F401 (fixtures)
     FakeAgent,
     broker,
@@ -27,12 +33,6 @@ from tests.integration.runs.support import (
     settings_env,
 )
 from tests.support.factories import Factories
-
-from agent_engine.domain.runs import RunTrigger
-from agent_engine.runs.request import request_run
-from agent_engine.settings import Settings
-from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
-from agent_engine.workers.broker import enqueue_execute
 
 pytestmark = pytest.mark.slow
 
