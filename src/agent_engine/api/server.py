@@ -10,6 +10,9 @@ APP_FACTORY = "agent_engine.api.app:create_app_from_environment"
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
+    from agent_engine.observability.logging import configure_logging
+
+    configure_logging(settings)
     if workers > 1:
         # Worker processes cannot receive a live object: each builds its app from the environment.
         uvicorn.run(
@@ -19,6 +22,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
             port=port,
             workers=workers,
             log_level=settings.log_level.lower(),
+            log_config=None,  # keep our structlog handlers
             proxy_headers=True,
         )
         return
@@ -29,5 +33,6 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
+        log_config=None,  # keep our structlog handlers
         proxy_headers=True,
     )

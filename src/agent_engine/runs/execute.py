@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -110,6 +111,8 @@ async def execute_run(
             error="the run's agent or model is gone",
             tokens=0,
         )
+    # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
+    structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
     work = asyncio.ensure_future(runtime.execute(ctx, now=now_fn(), on_tokens=meter.record))
     beat = asyncio.ensure_future(
         _heartbeat(engine, run_id, interval=heartbeat_interval, now_fn=now_fn, meter=meter)
@@ -255,6 +258,9 @@ async def _finish(
     if result.rowcount == 0:
         log.warning("run %s was no longer running at its finish; nothing written", run_id)
         return None
+    log.info(
+        "run %s finished: %s%s, %d tokens", run_id, state, f"/{reason}" if reason else "", tokens
+    )
     return state
 
 
