@@ -1,10 +1,11 @@
 """Mutation fields: parse and check the input, call one function of `agent_engine.agents` (or the
 run lifecycle), return the fresh row.
 
-Permissions: an agent's definition, tools, switch and manual start belong to its owner. Someone
-else's agent is NOT_FOUND to an owner; to an admin (who can see it) it is FORBIDDEN, because the
-admin's levers are `setAdminPaused` and `deactivateOwner`. The admin-only mutations are FORBIDDEN
-to owners.
+Permissions: owners change only their own agents (someone else's agent is NOT_FOUND to them).
+Admins see every agent and may edit, delete, re-tool and start any of them; the one thing they
+cannot do is flip the owner's switch (`setAgentEnabled` is the owner's alone, FORBIDDEN to an
+admin on another's agent) -- their lock is `setAdminPaused`. The admin-only mutations are
+FORBIDDEN to owners.
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ async def _fresh_agent(info: Info, conn: AsyncConnection, agent_id: int) -> Agen
     return Agent.from_row(row)
 
 
-async def owned_agent(info: Info, agent_id: int, action: str) -> Row:
-    """The agent if the viewer owns it; NOT_FOUND to other owners, FORBIDDEN to admins."""
+async def owned_agent(info: Info, agent_id: int, action: str, *, owner_only: bool = False) -> Row:
+    """The agent if the viewer may change it: its owner, or an admin unless `owner_only`.
+    NOT_FOUND to other owners (existence is not leaked), FORBIDDEN to an admin if `owner_only`."""
     viewer = info.context.require_viewer()
     async with info.context.engine.connect() as conn:
         found = (
@@ -143,7 +145,7 @@ async def owned_agent(info: Info, agent_id: int, action: str) -> Row:
         )
     if found is None or (not viewer.is_admin and found["user_id"] != viewer.user_id):
         raise NotFound("agent", agent_id)
-    if found["user_id"] != viewer.user_id:
+    if owner_only and found["user_id"] != viewer.user_id:
         raise Forbidden(f"only the agent's owner can {action}")
     return dict(found)
 
@@ -236,7 +238,9 @@ class Mutation:
     async def set_agent_enabled(self, info: Info, id: strawberry.ID, enabled: bool) -> Agent:
         info.context.require_viewer()
         agent_id = parse_id(id, "id")
-        await owned_agent(info, agent_id, "switch it on or off (admins use setAdminPaused)")
+        await owned_agent(
+            info, agent_id, "switch it on or off (admins use setAdminPaused)", owner_only=True
+        )
         async with _transaction(info) as conn:
             await definitions.update_agent(
                 conn, agent_id, {"enabled": enabled}, now=info.context.now

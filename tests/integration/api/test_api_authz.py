@@ -1,8 +1,8 @@
 """The authorisation matrix, over a real Uvicorn socket: anonymous, owner, other owner and admin
 against every query and mutation of the contract.
 
-Documented choices: someone else's agent/run is NOT_FOUND to an owner; an admin can see it but the
-owner-only mutations on it (definition, tools, switch, manual start) are FORBIDDEN to the admin.
+Documented choices: someone else's agent/run is NOT_FOUND to an owner; an admin sees and manages
+every agent, except the owner's own switch (setAgentEnabled), which is FORBIDDEN to the admin.
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def expected(role: str, operation: str) -> str:
         return OK
     if role == "other":
         return "NOT_FOUND" if operation in READS_OF_OWNED | OWNER_ONLY_ON_AGENT else OK
-    # admin on the owner's agent
-    return "FORBIDDEN" if operation in OWNER_ONLY_ON_AGENT else OK
+    # admin on the owner's agent: everything but the owner's switch
+    return "FORBIDDEN" if operation == "setAgentEnabled" else OK
 
 
 ROLE_USERS = {"owner": OWNER_ID, "other": OTHER_ID, "admin": ADMIN_ID}
