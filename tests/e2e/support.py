@@ -1,0 +1,341 @@
+"""Shared helpers of the reliability and security suite: real processes, a GraphQL client,
+invariant probes.
+
+Every process is a real `agent-engine …` command (api, worker, clock) started with the test's
+settings through the environment, its output kept in the test's tmp dir. Nothing is mocked: the
+model is the FakeOpenAIServer (a real HTTP server in this process), the database and the broker
+are the session's embedded PostgreSQL and Valkey.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Subprotocol
+
+from agent_engine.api.auth import mint_token
+from agent_engine.embedded import free_port
+from agent_engine.settings import Settings
+from agent_engine.testing.fake_openai import FakeOpenAIServer
+from tests.integration.runs.support import (
+    FAKE_KEY_ENV,
+    agent_engine_command,
+    eventually,
+    fetch,
+    settings_env,
+)
+from tests.support.factories import Factories
+
+__all__ = [
+    "FAKE_KEY_ENV",
+    "Client",
+    "Stack",
+    "agent_engine_command",
+    "eventually",
+    "fetch",
+    "settings_env",
+]
+
+PROCESS_START_SECONDS = 40.0
+PROCESS_STOP_SECONDS = 15.0
+# A user notices a refusal that takes longer than this.
+QUICK_SECONDS = 2.0
+TRANSPORT_WS = Subprotocol("graphql-transport-ws")
+LEGACY_WS = Subprotocol("graphql-ws")
+TERMINAL_STATES = ("succeeded", "failed", "skipped")
+
+# Short timings, so crashes are noticed within seconds (DESIGN §4 defaults are 30 s / 90 s).
+FAST = {
+    "heartbeat_interval_seconds": 1.0,
+    "stale_after_seconds": 3.0,
+    "queued_resend_after_seconds": 2.0,
+    "schedule_tick_seconds": 0.3,
+    "reap_tick_seconds": 0.5,
+    "log_format": "console",
+}
+
+
+def fast_settings(settings: Settings, **overrides: Any) -> Settings:
+    return settings.model_copy(update={**FAST, **overrides})
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    url: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no handler runs, nothing is journalled by the process itself."""
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(PROCESS_STOP_SECONDS)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+@dataclass
+class Stack:
+    """The processes of one test, stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    settings: Settings
+    log_dir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return settings_env(self.settings)
+
+    def _start(self, name: str, *args: str) -> Proc:
+        number = len(self.procs)
+        log_path = self.log_dir / f"{number:02d}-{name}.log"
+        with log_path.open("wb") as log:
+            popen = subprocess.Popen(
+                agent_engine_command(*args), env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, threads: int = 4) -> Proc:
+        return self._start("worker", "worker", "--threads", str(threads))
+
+    def clock(self) -> Proc:
+        return self._start("clock", "clock")
+
+    async def api(self) -> Proc:
+        port = free_port()
+        proc = self._start("api", "serve", "--host", "127.0.0.1", "--port", str(port))
+        proc.url = f"http://127.0.0.1:{port}"
+        await wait_healthy(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.alive():
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.popen.wait(PROCESS_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+
+
+async def wait_healthy(proc: Proc, within: float = PROCESS_START_SECONDS) -> None:
+    deadline = time.monotonic() + within
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while True:
+            if not proc.alive():
+                raise AssertionError(f"{proc.name} exited:\n{proc.log_tail()}")
+            try:
+                if (await client.get(f"{proc.url}/healthz")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{proc.name} not healthy in {within:g}s:\n{proc.log_tail()}")
+            await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def stack(settings: Settings, tmp_path: Path) -> Iterator[Stack]:
+    running = Stack(fast_settings(settings), tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+async def fake_openai(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAIServer]:
+    monkeypatch.setenv(FAKE_KEY_ENV, "test-key")
+    async with FakeOpenAIServer() as server:
+        yield server
+
+
+async def fake_model(factories: Factories, fake: FakeOpenAIServer, **values: Any) -> dict[str, Any]:
+    values.setdefault("name", f"Fake {time.monotonic_ns()}")
+    return await factories.model(
+        provider="openai",
+        model="fake-model",
+        base_url=fake.base_url,
+        api_key_env=FAKE_KEY_ENV,
+        **values,
+    )
+
+
+def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: Any) -> str:
+    return mint_token(
+        settings.jwt_secret or "", user_id=user_id, admin=admin, ttl=timedelta(hours=1), **claims
+    )
+
+
+def codes(body: dict[str, Any]) -> list[str | None]:
+    return [(e.get("extensions") or {}).get("code") for e in body.get("errors") or []]
+
+
+@dataclass
+class Client:
+    """GraphQL over HTTP as a frontend client sends it."""
+
+    url: str
+    bearer: str | None = None
+    http: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=30.0))
+
+    async def post(self, query: str, variables: dict[str, Any] | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.bearer}"} if self.bearer else {}
+        return await self.http.post(
+            f"{self.url}/graphql",
+            json={"query": query, "variables": variables or {}},
+            headers=headers,
+        )
+
+    async def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = await self.post(query, variables)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        assert "INTERNAL" not in codes(body), body
+        return body
+
+    async def data(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = await self.gql(query, variables)
+        assert not body.get("errors"), body["errors"]
+        data: dict[str, Any] = body["data"]
+        return data
+
+    async def healthz(self) -> int:
+        return (await self.http.get(f"{self.url}/healthz")).status_code
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+# --- invariants (DESIGN §3, §4) ------------------------------------------------------------------
+
+_DOUBLE_UNFINISHED = (
+    "SELECT agent_id, count(*) AS n FROM agent_runs WHERE state IN ('queued', 'running')"
+    " GROUP BY agent_id HAVING count(*) > 1"
+)
+_OPEN_SLOT_ON_CLOSED_GATE = (
+    "SELECT id, enabled, admin_paused, model_id, schedule, next_run_at FROM agents"
+    " WHERE next_run_at IS NOT NULL"
+    " AND NOT (enabled AND NOT admin_paused AND model_id IS NOT NULL AND schedule IS NOT NULL)"
+)
+
+
+async def invariant_violations(engine: AsyncEngine) -> list[str]:
+    """What a snapshot of the database shows against the design's invariants."""
+    found: list[str] = []
+    async with engine.connect() as conn:
+        for row in await conn.execute(text(_DOUBLE_UNFINISHED)):
+            found.append(f"agent {row.agent_id} has {row.n} unfinished runs")
+        for row in await conn.execute(text(_OPEN_SLOT_ON_CLOSED_GATE)):
+            found.append(f"agent {row.id} has next_run_at with a closed gate: {dict(row._mapping)}")
+    return found
+
+
+async def unfinished_runs(engine: AsyncEngine) -> int:
+    rows = await fetch(
+        engine, "SELECT count(*) AS n FROM agent_runs WHERE state IN ('queued', 'running')"
+    )
+    return int(rows[0]["n"])
+
+
+async def all_terminal(engine: AsyncEngine, run_ids: list[int] | None = None) -> bool:
+    if run_ids is None:
+        return await unfinished_runs(engine) == 0
+    rows = await fetch(
+        engine,
+        "SELECT count(*) AS n FROM agent_runs WHERE id = ANY(:ids)"
+        " AND state NOT IN ('succeeded', 'failed', 'skipped')",
+        ids=run_ids,
+    )
+    return int(rows[0]["n"]) == 0
+
+
+def marker_counts(fake: FakeOpenAIServer, markers: list[str]) -> dict[str, int]:
+    """How many model calls carried each agent's marker (its prompt is in the system message)."""
+    counts = dict.fromkeys(markers, 0)
+    for body in fake.requests:
+        system = " ".join(
+            str(m.get("content")) for m in body.get("messages", []) if m.get("role") == "system"
+        )
+        for marker in markers:
+            if marker in system:
+                counts[marker] += 1
+    return counts
+
+
+# --- WebSocket (graphql-transport-ws) -----------------------------------------------------------
+
+
+class Ws:
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.connection.send(json.dumps(message))
+
+    async def receive(self, within: float = 10.0) -> dict[str, Any]:
+        async with asyncio.timeout(within):
+            while True:
+                message: dict[str, Any] = json.loads(await self.connection.recv())
+                if message.get("type") == "ping":
+                    await self.send({"type": "pong"})
+                    continue
+                return message
+
+    async def init(self, bearer: str | None) -> dict[str, Any]:
+        payload = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+        await self.send({"type": "connection_init", "payload": payload})
+        return await self.receive()
+
+    async def subscribe(self, id: str, query: str, variables: dict[str, Any] | None = None) -> None:
+        await self.send(
+            {"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}
+        )
+
+    async def messages_for(self, seconds: float) -> list[dict[str, Any]]:
+        """Every message that arrives within `seconds`."""
+        found: list[dict[str, Any]] = []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                found.append(await self.receive(within=left))
+            except TimeoutError:
+                break
+        return found
+
+
+@asynccontextmanager
+async def websocket(url: str, *, subprotocol: Subprotocol = TRANSPORT_WS) -> AsyncIterator[Ws]:
+    ws_url = url.replace("http://", "ws://", 1) + "/graphql"
+    async with connect(ws_url, subprotocols=[subprotocol], proxy=None) as connection:
+        yield Ws(connection)
