@@ -128,7 +128,7 @@ async def _raw(send: Send, body: bytes) -> None:
 
 def main() -> None:
     settings = load_settings()
-    engine = create_engine(settings)
+    engine = create_engine(settings, pre_ping=True)  # as the api process (api/app.py)
 
     def count(*_: Any) -> None:
         wrapped.statements += 1

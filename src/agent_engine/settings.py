@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     max_query_depth: int = Field(default=12, ge=2)
     max_aliases: int = Field(default=30, ge=1)
     max_query_tokens: int = Field(default=2000, ge=10)
+    max_query_fields: int = Field(default=500, ge=10)
     max_subscriptions_per_connection: int = Field(default=20, ge=1)
     subscriber_queue_size: int = Field(default=256, ge=1)
 

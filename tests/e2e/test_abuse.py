@@ -148,14 +148,6 @@ async def test_hostile_documents_and_bodies_are_refused_quickly(
     assert api.alive()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "api/guards.py: 1,000 duplicate fields (~1,000 tokens) pass the 2,000-token limit; "
-        "graphql-core's validation then hits a RecursionError and answers the unclear "
-        "'Validation aborted.' -- a field-count guard should refuse it with a clear message"
-    ),
-)
 async def test_a_thousand_duplicate_fields_are_refused_quickly(
     factories: Factories,
     stack: Stack,  # noqa: F811

@@ -200,6 +200,9 @@ class GraphQLView(GraphQL[Context, None]):
             raise HTTPException(400, exc.as_http_error_reason(request_adapter.method)) from exc
         except MissingQueryError as exc:
             raise HTTPException(400, "No GraphQL query found in the request") from exc
+        finally:
+            # The loaders' shared connection goes back to the pool with the request.
+            await context.loaders.release()
 
     def _validate_batch_request(self, request_data: Any, protocol: Any) -> None:
         raise HTTPException(
@@ -324,7 +327,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         own_engine = engine is None
-        active = create_engine(settings) if engine is None else engine
+        active = create_engine(settings, pre_ping=True) if engine is None else engine
         if warning := short_secret_warning(settings):
             logger.warning(warning)
         try:

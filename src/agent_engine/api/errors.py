@@ -8,6 +8,7 @@ client sees `INTERNAL` with a correlation id, and the log has the traceback unde
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -89,14 +90,33 @@ def _is_client_error(error: GraphQLError) -> bool:
     return error.original_error is None or isinstance(error.original_error, ApiError | GraphQLError)
 
 
-def _code_for_document_error(error: GraphQLError) -> str:
+# The contract's only @oneOf input, and where it sits in the mutation inputs.
+_ONE_OF_FIELDS = {"ScheduleInput": "input.schedule"}
+_ONE_OF_KEYS = re.compile(r"OneOf Input Object '(\w+)' must specify exactly one key")
+_ONE_OF_NULL = re.compile(r"Value for member field '(\w+)' must be non-null")
+# Variable coercion: wrong types or missing values in `variables` -- the client's input.
+_VARIABLE_VALUE = re.compile(
+    r"Variable '\$(\w+)' (?:has invalid value(?: at \.?([\w.\[\]]+))?|got invalid value"
+    r"|of (?:required|non-null) type .* (?:was not provided|must not be null))"
+)
+
+
+def _document_error_extensions(error: GraphQLError) -> dict[str, Any]:
+    """Code (and the field, for input errors) of an error graphql-core raised for a document."""
     message = error.message
     if message.startswith("Syntax Error"):
-        return GRAPHQL_PARSE_FAILED
-    # Variable coercion (wrong types in `variables`) is the client's input, not the document.
-    if message.startswith("Variable '$"):
-        return BAD_USER_INPUT
-    return GRAPHQL_VALIDATION_FAILED
+        return {"code": GRAPHQL_PARSE_FAILED}
+    if found := _ONE_OF_KEYS.search(message):
+        return {"code": BAD_USER_INPUT, "field": _ONE_OF_FIELDS.get(found.group(1), "input")}
+    if found := _ONE_OF_NULL.search(message):
+        return {"code": BAD_USER_INPUT, "field": f"input.schedule.{found.group(1)}"}
+    if found := _VARIABLE_VALUE.match(message):
+        path = found.group(2)
+        return {
+            "code": BAD_USER_INPUT,
+            "field": f"{found.group(1)}.{path}" if path else found.group(1),
+        }
+    return {"code": GRAPHQL_VALIDATION_FAILED}
 
 
 class ErrorPolicy(SchemaExtension):
@@ -122,10 +142,7 @@ class ErrorPolicy(SchemaExtension):
     def _process(self, error: GraphQLError) -> GraphQLError:
         if _is_client_error(error):
             if not (error.extensions or {}).get("code"):
-                error.extensions = {
-                    **(error.extensions or {}),
-                    "code": _code_for_document_error(error),
-                }
+                error.extensions = {**(error.extensions or {}), **_document_error_extensions(error)}
             return error
         correlation_id = uuid.uuid4().hex
         logger.error(

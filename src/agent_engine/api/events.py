@@ -116,6 +116,10 @@ class RunEventHub:
         self._dsn = to_libpq_url(database_url)
         self._queue_size = queue_size
         self._subscribers: set[Subscriber] = set()
+        # The audience of an event is its owner's subscribers plus the admins': an event touches
+        # only them, not every subscriber of the process.
+        self._by_owner: dict[int, set[Subscriber]] = {}
+        self._admins: set[Subscriber] = set()
         self._notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._listening = asyncio.Event()
@@ -155,13 +159,31 @@ class RunEventHub:
     def subscribe(self, *, owner_id: int | None, agent_id: int | None = None) -> Subscriber:
         subscriber = Subscriber(owner_id, agent_id, asyncio.Queue(self._queue_size), self)
         self._subscribers.add(subscriber)
+        if owner_id is None:
+            self._admins.add(subscriber)
+        else:
+            self._by_owner.setdefault(owner_id, set()).add(subscriber)
         ACTIVE_SUBSCRIPTIONS.inc()
         return subscriber
 
     def _remove(self, subscriber: Subscriber) -> None:
         if subscriber in self._subscribers:
             self._subscribers.discard(subscriber)
+            if subscriber.owner_id is None:
+                self._admins.discard(subscriber)
+            else:
+                owners = self._by_owner.get(subscriber.owner_id)
+                if owners is not None:
+                    owners.discard(subscriber)
+                    if not owners:
+                        del self._by_owner[subscriber.owner_id]
             ACTIVE_SUBSCRIPTIONS.dec()
+
+    def _audience(self, owner_id: int, agent_id: int) -> list[Subscriber]:
+        """The subscribers that may see an event of this owner's agent (a copy: offering may
+        close a subscriber that fell behind)."""
+        candidates = [*self._by_owner.get(owner_id, ()), *self._admins]
+        return [s for s in candidates if s.agent_id is None or s.agent_id == agent_id]
 
     @property
     def subscriber_count(self) -> int:
@@ -224,9 +246,7 @@ class RunEventHub:
 
     async def _dispatch(self, batch: list[dict[str, Any]]) -> None:
         wanted = [
-            note
-            for note in batch
-            if any(s.wants(int(note["owner_id"]), int(note["agent_id"])) for s in self._subscribers)
+            note for note in batch if self._audience(int(note["owner_id"]), int(note["agent_id"]))
         ]
         if not wanted:
             return
@@ -240,9 +260,9 @@ class RunEventHub:
                 previous_state=note.get("previous_state"),
                 owner_id=int(note["owner_id"]),
             )
-            for subscriber in list(self._subscribers):
-                if subscriber.wants(event.owner_id, event.agent_id):
-                    subscriber.offer(event)
+            # Taken again after the await: subscribers may have come or gone meanwhile.
+            for subscriber in self._audience(event.owner_id, event.agent_id):
+                subscriber.offer(event)
 
     async def _load_runs(self, run_ids: list[int]) -> dict[int, dict[str, Any]]:
         for attempt in range(2):

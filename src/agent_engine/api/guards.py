@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from graphql import FieldNode, GraphQLError, ValidationRule
+from graphql import DocumentNode, FieldNode, GraphQLError, ValidationRule, Visitor, visit
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import (
     MaxAliasesLimiter,
@@ -45,8 +45,55 @@ def document_guards(settings: Settings) -> list[Callable[[], SchemaExtension]]:
         partial(MaxTokensLimiter, max_token_count=settings.max_query_tokens),
         partial(QueryDepthLimiter, max_depth=settings.max_query_depth),
         partial(MaxAliasesLimiter, max_alias_count=settings.max_aliases),
+        partial(MaxFieldsLimiter, max_fields=settings.max_query_fields),
         IntrospectionForViewers,
     ]
+
+
+class MaxFieldsLimiter(SchemaExtension):
+    """Refuse documents with more than `max_fields` field selections, before validation.
+
+    Thousands of (duplicate) fields fit under the token limit but make graphql-core's
+    overlapping-fields rule quadratic and recursive; counting first keeps validation cheap and
+    the error clear. Over the limit, the only validation rule left is the one that says so.
+    """
+
+    def __init__(self, *, max_fields: int) -> None:
+        self.max_fields = max_fields
+
+    def on_validate(self) -> Iterator[None]:
+        document = self.execution_context.graphql_document
+        if document is not None:
+            counter = _FieldCounter()
+            visit(document, counter)
+            if counter.count > self.max_fields:
+                self.execution_context.validation_rules = (
+                    _too_many_fields_rule(counter.count, self.max_fields),
+                )
+        yield
+
+
+class _FieldCounter(Visitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def enter_field(self, *_args: Any) -> None:
+        self.count += 1
+
+
+def _too_many_fields_rule(count: int, limit: int) -> type[ValidationRule]:
+    class TooManyFields(ValidationRule):
+        def enter_document(self, node: DocumentNode, *_args: Any) -> None:
+            self.report_error(
+                GraphQLError(
+                    f"the document selects {count} fields; at most {limit} are allowed",
+                    node,
+                    extensions={"code": "GRAPHQL_VALIDATION_FAILED"},
+                )
+            )
+
+    return TooManyFields
 
 
 class _NoIntrospection(ValidationRule):

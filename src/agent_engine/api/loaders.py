@@ -1,19 +1,25 @@
 """Per-request DataLoaders: one statement per kind of row, however many objects ask for it.
 
 A page of agents with their model, tools, owner, last and active run and the owner's budget costs
-the same handful of statements for 10 agents as for 100. Each batch runs on its own pooled
-connection: resolvers run concurrently and an AsyncConnection is not for concurrent use.
+the same handful of statements for 10 agents as for 100.
+
+The batches of a request share one pooled connection (autocommit: no BEGIN/ROLLBACK around each
+read), taken by turns since resolvers run concurrently and an AsyncConnection is not for
+concurrent use. It is held only while batches run or follow each other: released after
+`CONNECTION_LINGER_SECONDS` without one (and at the end of the request), so a request never
+holds it while another of its resolvers waits for the pool indefinitely.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
@@ -33,10 +39,17 @@ _ACTIVE_RUNS = text(
     "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
     " AND state IN ('queued', 'running')"
 )
+_AGENTS_OF_OWNERS = text(
+    "SELECT * FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[])) ORDER BY id"
+)
 _TOOLS_OF_AGENTS = text(
     "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
     " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
 )
+
+
+# Long enough to bridge the event-loop turns between one level of resolvers and the next.
+CONNECTION_LINGER_SECONDS = 0.01
 
 
 def _by_id(table: str) -> TextClause:
@@ -48,6 +61,11 @@ class Loaders:
         self._engine = engine
         self._now = now
         self._platform: asyncio.Task[PlatformSettings] | None = None
+        self._conn: AsyncConnection | None = None
+        self._turn = asyncio.Lock()
+        self._users = 0
+        self._release_timer: asyncio.TimerHandle | None = None
+        self._releasing: asyncio.Task[None] | None = None
         self.agent: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agents"), "id")
         self.user: DataLoader[int, Row | None] = self._rows_by_key(_by_id("users"), "id")
         self.model: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agent_models"), "id")
@@ -60,6 +78,9 @@ class Loaders:
             load_fn=self._load_tools_of_agents
         )
         self.budget: DataLoader[int, Budget] = DataLoader(load_fn=self._load_budgets)
+        self.agents_of_owner: DataLoader[int, list[Row]] = DataLoader(
+            load_fn=self._load_agents_of_owners
+        )
 
     async def platform(self) -> PlatformSettings:
         """Platform settings, read once per request."""
@@ -82,8 +103,50 @@ class Loaders:
             if loader.cache_map.get(agent_id) is not None:  # clear() raises on a missing key
                 loader.clear(agent_id)
 
+    async def release(self) -> None:
+        """Return the shared connection to the pool now (the end of a request)."""
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        async with self._turn:
+            await self._close()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        self._users += 1
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        try:
+            async with self._turn:
+                if self._conn is None:
+                    conn = await self._engine.connect()
+                    self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                try:
+                    yield self._conn
+                except BaseException:
+                    await self._close()  # a failed or cancelled statement: start afresh
+                    raise
+        finally:
+            self._users -= 1
+            if self._users == 0 and self._conn is not None:
+                self._release_timer = asyncio.get_running_loop().call_later(
+                    CONNECTION_LINGER_SECONDS, self._release_if_idle
+                )
+
+    def _release_if_idle(self) -> None:
+        self._release_timer = None
+        if self._users == 0 and self._conn is not None:
+            self._releasing = asyncio.ensure_future(self.release())
+
+    async def _close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                await conn.close()
+
     async def _load_platform(self) -> PlatformSettings:
-        async with self._engine.connect() as conn:
+        async with self._connection() as conn:
             return await load_platform_settings(conn)
 
     def _rows_by_key(self, statement: TextClause, key: str) -> DataLoader[int, Row | None]:
@@ -101,13 +164,19 @@ class Loaders:
             grouped[agent_id].append(row)
         return [grouped[i] for i in ids]
 
+    async def _load_agents_of_owners(self, owner_ids: Sequence[int]) -> list[list[Row]]:
+        grouped: dict[int, list[Row]] = {i: [] for i in owner_ids}
+        for row in await self._fetch(_AGENTS_OF_OWNERS, owner_ids):
+            grouped[int(row["user_id"])].append(row)
+        return [grouped[i] for i in owner_ids]
+
     async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
         platform = await self.platform()
-        async with self._engine.connect() as conn:
+        async with self._connection() as conn:
             budgets = await owners_budgets(conn, list(owner_ids), now=self._now, platform=platform)
         return [budgets[i] for i in owner_ids]
 
     async def _fetch(self, statement: TextClause, ids: Sequence[int]) -> list[Row]:
-        async with self._engine.connect() as conn:
+        async with self._connection() as conn:
             result = await conn.execute(statement, {"ids": list(ids)})
             return [dict(row) for row in result.mappings()]

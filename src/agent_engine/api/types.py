@@ -5,15 +5,19 @@ Related objects are resolved through the request's DataLoaders, never by a query
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import strawberry
+from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
+from strawberry.types.nodes import SelectedField, Selection
 
 from agent_engine.api.context import Context
 from agent_engine.api.errors import BadUserInput
@@ -28,6 +32,16 @@ from agent_engine.runtime.tools.registry import core_tools
 Row = dict[str, Any]
 Info = strawberry.Info[Context, None]
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def awaited_later(value: Awaitable[T]) -> T:
+    """A sync resolver's result that graphql-core awaits (it awaits any awaitable result).
+
+    Resolvers whose value is usually at hand (prefetched for a page) stay sync: an async resolver
+    costs a coroutine and a task per object even when there is nothing to wait for.
+    """
+    return cast(T, value)
 
 
 def described(description: str) -> Callable[[F], F]:
@@ -344,6 +358,20 @@ def _gate(row: Row) -> dict[str, bool]:
     }
 
 
+@dataclass(frozen=True)
+class AgentRelations:
+    """An agent's related rows, fetched for a whole page at once (Viewer.agents)."""
+
+    model: Row | None
+    tools: list[Row]
+    active_run: Row | None
+    last_run: Row | None
+
+
+# GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
+_PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
+
+
 @strawberry.type
 class Agent:
     row: strawberry.Private[Row]
@@ -357,11 +385,13 @@ class Agent:
     meta: JSON | None
     created_at: datetime
     updated_at: datetime
+    relations: strawberry.Private[AgentRelations | None] = None
 
     @classmethod
-    def from_row(cls, row: Row) -> Agent:
+    def from_row(cls, row: Row, relations: AgentRelations | None = None) -> Agent:
         return cls(
             row=row,
+            relations=relations,
             id=strawberry.ID(str(row["id"])),
             name=row["name"],
             description=row["description"],
@@ -387,7 +417,13 @@ class Agent:
         return schedule_from_json(self.row["schedule"])
 
     @strawberry.field
-    async def model(self, info: Info) -> AgentModel | None:
+    def model(self, info: Info) -> AgentModel | None:
+        if self.relations is not None:
+            row = self.relations.model
+            return AgentModel.from_row(row) if row else None
+        return awaited_later(self._load_model(info))
+
+    async def _load_model(self, info: Info) -> AgentModel | None:
         if self.row["model_id"] is None:
             return None
         row = await info.context.loaders.model.load(int(self.row["model_id"]))
@@ -434,18 +470,31 @@ class Agent:
             "(agentsAllowed = false)."
         )
     )
-    async def tools(self, info: Info) -> list[Tool]:
+    def tools(self, info: Info) -> list[Tool]:
+        if self.relations is not None:
+            return [Tool.from_row(r) for r in self.relations.tools]
+        return awaited_later(self._load_tools(info))
+
+    async def _load_tools(self, info: Info) -> list[Tool]:
         rows = await info.context.loaders.tools_of_agent.load(int(self.row["id"]))
         return [Tool.from_row(r) for r in rows]
 
     @described(description="The unfinished (queued or running) run, if any.")
-    async def active_run(self, info: Info) -> Run | None:
-        row = await info.context.loaders.active_run.load(int(self.row["id"]))
-        return Run.from_row(row) if row else None
+    def active_run(self, info: Info) -> Run | None:
+        if self.relations is not None:
+            row = self.relations.active_run
+            return Run.from_row(row) if row else None
+        return awaited_later(self._load_run(info.context.loaders.active_run))
 
     @described(description="The newest finished run (succeeded, failed or skipped).")
-    async def last_run(self, info: Info) -> Run | None:
-        row = await info.context.loaders.last_run.load(int(self.row["id"]))
+    def last_run(self, info: Info) -> Run | None:
+        if self.relations is not None:
+            row = self.relations.last_run
+            return Run.from_row(row) if row else None
+        return awaited_later(self._load_run(info.context.loaders.last_run))
+
+    async def _load_run(self, loader: DataLoader[int, Row | None]) -> Run | None:
+        row = await loader.load(int(self.row["id"]))
         return Run.from_row(row) if row else None
 
     @described(description="The journal, newest first.")
@@ -524,16 +573,54 @@ class Viewer:
 
     @described(description="The viewer's own agents, oldest first.")
     async def agents(self, info: Info) -> list[Agent]:
-        from agent_engine.api.queries import fetch_owned_agents
-
-        rows = await fetch_owned_agents(info.context.engine, self.viewer_id)
+        loaders = info.context.loaders
+        rows = await loaders.agents_of_owner.load(self.viewer_id)
         for row in rows:
-            info.context.loaders.prime_agent(row)
-        return [Agent.from_row(r) for r in rows]
+            loaders.prime_agent(row)
+        if not rows or not _PREFETCHED_AGENT_FIELDS & _selected_names(info.selected_fields):
+            return [Agent.from_row(r) for r in rows]
+        # The whole page's relations at once, one statement each, so the per-agent fields need
+        # no awaiting (see `awaited_later`).
+        ids = [int(r["id"]) for r in rows]
+        model_ids = sorted({int(r["model_id"]) for r in rows if r["model_id"] is not None})
+        models, tools, active, last = await asyncio.gather(
+            loaders.model.load_many(model_ids),
+            loaders.tools_of_agent.load_many(ids),
+            loaders.active_run.load_many(ids),
+            loaders.last_run.load_many(ids),
+        )
+        model_by_id = dict(zip(model_ids, models, strict=True))
+        return [
+            Agent.from_row(
+                row,
+                AgentRelations(
+                    model=model_by_id.get(row["model_id"]) if row["model_id"] is not None else None,
+                    tools=agent_tools,
+                    active_run=active_run,
+                    last_run=last_run,
+                ),
+            )
+            for row, agent_tools, active_run, last_run in zip(
+                rows, tools, active, last, strict=True
+            )
+        ]
 
     @strawberry.field
     async def budget(self, info: Info) -> Budget:
         return Budget.from_value(await info.context.loaders.budget.load(self.viewer_id))
+
+
+def _selected_names(fields: list[Selection]) -> set[str]:
+    """The names of the fields selected below `fields` (the resolver's own), through fragments."""
+    names: set[str] = set()
+    pending: list[Selection] = [selection for field in fields for selection in field.selections]
+    while pending:
+        selection = pending.pop()
+        if isinstance(selection, SelectedField):
+            names.add(selection.name)
+        else:
+            pending.extend(selection.selections)
+    return names
 
 
 # --- inputs -------------------------------------------------------------------------------------

@@ -15,14 +15,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db.platform import load_platform_settings
+from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
 from agent_engine.runs.budget import owners_over_budget
-from agent_engine.runtime.context import load_run_context
+from agent_engine.runtime.context import RunContext, load_run_context
 from agent_engine.runtime.loop import Runtime
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+# With the platform settings: the claim is one checkout and reads them once (round trips per run
+# are most of the worker's cost against a fast model).
 _CLAIM_READ_SQL = text(
-    "SELECT r.state, a.user_id, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model"
+    "SELECT r.state, a.user_id, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
+    " (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
+    " AS platform"
     " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
     " WHERE r.id = :run_id"
     " FOR UPDATE OF r"
@@ -73,6 +78,10 @@ _FINISH_SQL = text(
 
 INTERRUPTED_ERROR = "interrupted: the worker stopped before the run finished"
 
+# A single-statement write (heartbeat, finish) retried once when its pooled connection turned out
+# dead (database restart; the engine has no pre-ping): the pool is invalidated by then.
+SINGLE_WRITE_ATTEMPTS = 2
+
 
 class _TokenMeter:
     """Tokens spent so far, fed by the runtime after each model call."""
@@ -95,12 +104,10 @@ async def execute_run(
     run_timeout: timedelta = RUN_TIMEOUT,
 ) -> RunState | None:
     """Execute a queued run. Returns the state this call left it in, None if it changed nothing."""
-    claimed = await _claim(engine, run_id, now=now_fn())
+    claimed, ctx = await _claim(engine, run_id, now=now_fn())
     if claimed is not RunState.RUNNING:
         return claimed
     meter = _TokenMeter()
-    async with engine.connect() as conn:
-        ctx = await load_run_context(conn, run_id)
     if ctx is None:
         return await _finish(
             engine,
@@ -175,13 +182,18 @@ async def execute_run(
     )
 
 
-async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> RunState | None:
-    """queued → running, or → skipped (budget spent) / failed (gate closed since the request)."""
+async def _claim(
+    engine: AsyncEngine, run_id: int, *, now: datetime
+) -> tuple[RunState | None, RunContext | None]:
+    """queued → running, or → skipped (budget spent) / failed (gate closed since the request).
+
+    A run set running comes with its context, read in the same transaction.
+    """
     async with engine.begin() as conn:
         # The row lock serialises duplicate messages: the second one reads the new state.
         row = (await conn.execute(_CLAIM_READ_SQL, {"run_id": run_id})).one_or_none()
         if row is None or row.state != RunState.QUEUED:
-            return None
+            return None, None
         lock = closed_lock(
             enabled=row.enabled, admin_paused=row.admin_paused, has_model=row.has_model
         )
@@ -195,16 +207,16 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> RunState
                     "error": f"the agent cannot start ({lock.value}): {LOCK_MESSAGES[lock]}",
                 },
             )
-            return RunState.FAILED
-        platform = await load_platform_settings(conn)
+            return RunState.FAILED, None
+        platform = PlatformSettings.from_rows(row.platform or {})
         if await owners_over_budget(conn, [row.user_id], now=now, platform=platform):
             await conn.execute(
                 _SKIP_AT_CLAIM_SQL,
                 {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
             )
-            return RunState.SKIPPED
+            return RunState.SKIPPED, None
         await conn.execute(_START_SQL, {"run_id": run_id, "now": now})
-        return RunState.RUNNING
+        return RunState.RUNNING, await load_run_context(conn, run_id, platform=platform)
 
 
 async def _heartbeat(
@@ -219,15 +231,14 @@ async def _heartbeat(
     while True:
         await asyncio.sleep(interval.total_seconds())
         try:
-            async with engine.begin() as conn:
-                result = await conn.execute(
-                    _HEARTBEAT_SQL, {"run_id": run_id, "now": now_fn(), "tokens": meter.total}
-                )
+            rowcount = await _write_one(
+                engine, _HEARTBEAT_SQL, {"run_id": run_id, "now": now_fn(), "tokens": meter.total}
+            )
         except Exception:
             # A database blip must not kill the run; STALE_AFTER spans several beats.
             log.warning("run %s: heartbeat failed", run_id, exc_info=True)
             continue
-        if result.rowcount == 0:
+        if rowcount == 0:
             return
 
 
@@ -242,26 +253,44 @@ async def _finish(
     output: str | None = None,
     error: str | None = None,
 ) -> RunState | None:
-    async with engine.begin() as conn:
-        result = await conn.execute(
-            _FINISH_SQL,
-            {
-                "run_id": run_id,
-                "now": now,
-                "state": str(state),
-                "reason": str(reason) if reason else None,
-                "output": output,
-                "error": error,
-                "tokens": tokens,
-            },
-        )
-    if result.rowcount == 0:
+    rowcount = await _write_one(
+        engine,
+        _FINISH_SQL,
+        {
+            "run_id": run_id,
+            "now": now,
+            "state": str(state),
+            "reason": str(reason) if reason else None,
+            "output": output,
+            "error": error,
+            "tokens": tokens,
+        },
+    )
+    if rowcount == 0:
         log.warning("run %s was no longer running at its finish; nothing written", run_id)
         return None
     log.info(
         "run %s finished: %s%s, %d tokens", run_id, state, f"/{reason}" if reason else "", tokens
     )
     return state
+
+
+async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[str, Any]) -> int:
+    """One compare-and-set UPDATE in autocommit (atomic alone: no BEGIN/COMMIT round trips).
+
+    Retried once on a dead connection; a retry after a lost acknowledgement matches no row.
+    """
+    for attempt in range(1, SINGLE_WRITE_ATTEMPTS + 1):
+        try:
+            async with engine.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                result = await conn.execute(statement, params)
+                return int(result.rowcount)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:
+                raise
+            log.warning("a pooled connection was dead (database restart?); retrying once")
+    raise AssertionError("unreachable")
 
 
 async def _cancel(*tasks: asyncio.Future[Any]) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +29,11 @@ from agent_engine.runs.journal import insert_requested_runs
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[int], None]
+
+# Each send is a broker round trip: a batch's messages go out over a few threads at once (the
+# Redis and RabbitMQ brokers of Dramatiq are thread-safe for sending). Small sends use one thread.
+SEND_THREADS = 4
+SEND_MESSAGES_PER_THREAD_MIN = 16
 
 
 class AgentNotFound(Exception):
@@ -92,11 +100,32 @@ async def send_after_commit(enqueue: Enqueue, run_ids: Iterable[int]) -> None:
     if not ids:
         return
 
-    def send_all() -> None:
-        for run_id in ids:
+    def send_all(chunk: list[int]) -> None:
+        for run_id in chunk:
             try:
                 enqueue(run_id)
             except Exception:
                 log.exception("could not send the execute message for run %s", run_id)
 
-    await asyncio.to_thread(send_all)
+    threads = max(1, min(SEND_THREADS, len(ids) // SEND_MESSAGES_PER_THREAD_MIN))
+    loop = asyncio.get_running_loop()
+    executor = _send_executor()
+    await asyncio.gather(
+        *(loop.run_in_executor(executor, send_all, ids[i::threads]) for i in range(threads))
+    )
+
+
+_executor_lock = threading.Lock()
+_executor: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _send_executor() -> ThreadPoolExecutor:
+    """The process's sender threads (created again in a forked child: threads do not survive)."""
+    global _executor
+    with _executor_lock:
+        if _executor is None or _executor[0] != os.getpid():
+            _executor = (
+                os.getpid(),
+                ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="execute-send"),
+            )
+        return _executor[1]

@@ -3,11 +3,13 @@
 Each batch is one transaction of a fixed number of statements, whatever its size: claim
 (`FOR UPDATE SKIP LOCKED`, so several clocks and workers split the due agents instead of
 duplicating them), platform settings, the budget of the batch's owners, the journal inserts and
-one `UPDATE … FROM unnest(…)` for the new slots. Messages are sent after the commit.
+one `UPDATE … FROM unnest(…)` for the new slots. Messages are sent after the commit, while the
+next batch is claimed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -73,15 +75,28 @@ async def schedule_due_agents(
     batch_size: int = DEFAULT_BATCH_SIZE,
     enqueue: Enqueue,
 ) -> int:
-    """Process every agent due at `now`, batch by batch; returns how many agents were claimed."""
+    """Process every agent due at `now`, batch by batch; returns how many agents were claimed.
+
+    A committed batch's messages are sent while the next batch is claimed (the tick takes the
+    longer of the two, not their sum); at most one batch's sends are in flight. Every committed
+    batch's sends are awaited, also when a later batch fails.
+    """
     total = 0
-    while True:
-        claimed, queued_run_ids = await _process_batch(engine, now=now, batch_size=batch_size)
-        await send_after_commit(enqueue, queued_run_ids)
-        total += claimed
-        # A short batch means nothing due is left unlocked; locked rows belong to another tick.
-        if claimed < batch_size:
-            return total
+    sending: asyncio.Future[None] | None = None
+    try:
+        while True:
+            claimed, queued_run_ids = await _process_batch(engine, now=now, batch_size=batch_size)
+            if sending is not None:
+                await asyncio.shield(sending)
+            sending = asyncio.ensure_future(send_after_commit(enqueue, queued_run_ids))
+            total += claimed
+            # A short batch means nothing due is left unlocked; locked rows belong to another tick.
+            if claimed < batch_size:
+                return total
+    finally:
+        if sending is not None:
+            # Shielded: a cancelled tick still hands every committed run's message to the broker.
+            await asyncio.shield(sending)
 
 
 async def _process_batch(
