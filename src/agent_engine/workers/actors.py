@@ -60,7 +60,8 @@ class WorkerContext:
     @property
     def engine(self) -> AsyncEngine:
         if self._engine is None:
-            self._engine = create_engine(self.settings)
+            # No pre-ping: a dead pooled connection fails the actor, and Dramatiq retries it.
+            self._engine = create_engine(self.settings, pre_ping=False)
         return self._engine
 
     @property
