@@ -91,31 +91,7 @@ class EmbeddedPostgres:
                 pgdata=self.data_dir,
                 user=self._system_user,
             )
-        self.port = free_port(self.host)
-        options = [f"-h {self.host}", f"-p {self.port}", "-k ''"]
-        settings = COMMON_OPTIONS + (EPHEMERAL_OPTIONS if self.ephemeral else ())
-        options += [f"-c {option}" for option in settings]
-        try:
-            _commands.pg_ctl(
-                [
-                    "-w",
-                    "-t",
-                    str(int(START_TIMEOUT_SECONDS)),
-                    "-o",
-                    " ".join(options),
-                    "-l",
-                    str(self.data_dir / "server.log"),
-                    "start",
-                ],
-                pgdata=self.data_dir,
-                user=self._system_user,
-                timeout=START_TIMEOUT_SECONDS + 5,
-            )
-        except subprocess.CalledProcessError as exc:
-            log = self.data_dir / "server.log"
-            tail = log.read_text()[-2000:] if log.exists() else ""
-            raise EmbeddedServerError(f"PostgreSQL did not start:\n{tail}") from exc
-        wait_for_port(self.host, self.port, START_TIMEOUT_SECONDS)
+        self._start_on(None)
         return self.url
 
     def attach(self) -> bool:
@@ -156,12 +132,26 @@ class EmbeddedPostgres:
         options = [f"-h {self.host}", f"-p {self.port}", "-k ''"]
         settings = COMMON_OPTIONS + (EPHEMERAL_OPTIONS if self.ephemeral else ())
         options += [f"-c {option}" for option in settings]
-        _commands.pg_ctl(
-            ["-w", "-o", " ".join(options), "-l", str(self.data_dir / "server.log"), "start"],
-            pgdata=self.data_dir,
-            user=self._system_user,
-            timeout=START_TIMEOUT_SECONDS,
-        )
+        log = self.data_dir / "server.log"
+        try:
+            _commands.pg_ctl(
+                [
+                    "-w",
+                    "-t",
+                    str(int(START_TIMEOUT_SECONDS)),
+                    "-o",
+                    " ".join(options),
+                    "-l",
+                    str(log),
+                    "start",
+                ],
+                pgdata=self.data_dir,
+                user=self._system_user,
+                timeout=START_TIMEOUT_SECONDS + 5,
+            )
+        except subprocess.CalledProcessError as exc:
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise EmbeddedServerError(f"PostgreSQL did not start:\n{tail}") from exc
         wait_for_port(self.host, self.port, START_TIMEOUT_SECONDS)
 
     def _prepare_user(self) -> None:

@@ -109,14 +109,8 @@ async def execute_run(
         return claimed
     meter = _TokenMeter()
     if ctx is None:
-        return await _finish(
-            engine,
-            run_id,
-            now=now_fn(),
-            state=RunState.FAILED,
-            reason=RunReason.ERROR,
-            error="the run's agent or model is gone",
-            tokens=0,
+        return await _fail(
+            engine, run_id, now=now_fn(), error="the run's agent or model is gone", tokens=0
         )
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
@@ -132,27 +126,17 @@ async def execute_run(
         # Worker shutdown or the actor's time limit: release the agent now rather than after
         # STALE_AFTER, then let the cancellation go on.
         await _cancel(work, beat)
-        await _finish(
-            engine,
-            run_id,
-            now=now_fn(),
-            state=RunState.FAILED,
-            reason=RunReason.ERROR,
-            error=INTERRUPTED_ERROR,
-            tokens=meter.total,
-        )
+        await _fail(engine, run_id, now=now_fn(), error=INTERRUPTED_ERROR, tokens=meter.total)
         raise
     if work not in done:
         await _cancel(work, beat)
         if beat in done:
             log.warning("run %s is no longer running (reaped?); abandoning it", run_id)
             return None
-        return await _finish(
+        return await _fail(
             engine,
             run_id,
             now=now_fn(),
-            state=RunState.FAILED,
-            reason=RunReason.ERROR,
             error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
             tokens=meter.total,
         )
@@ -161,14 +145,8 @@ async def execute_run(
         outcome = work.result()
     except Exception as exc:
         log.exception("run %s: the runtime raised", run_id)
-        return await _finish(
-            engine,
-            run_id,
-            now=now_fn(),
-            state=RunState.FAILED,
-            reason=RunReason.ERROR,
-            error=f"{type(exc).__name__}: {exc}",
-            tokens=meter.total,
+        return await _fail(
+            engine, run_id, now=now_fn(), error=f"{type(exc).__name__}: {exc}", tokens=meter.total
         )
     return await _finish(
         engine,
@@ -291,6 +269,21 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
                 raise
             log.warning("a pooled connection was dead (database restart?); retrying once")
     raise AssertionError("unreachable")
+
+
+async def _fail(
+    engine: AsyncEngine, run_id: int, *, now: datetime, error: str, tokens: int
+) -> RunState | None:
+    """running → failed/error with the detail, like every other finish a compare-and-set."""
+    return await _finish(
+        engine,
+        run_id,
+        now=now,
+        state=RunState.FAILED,
+        reason=RunReason.ERROR,
+        error=error,
+        tokens=tokens,
+    )
 
 
 async def _cancel(*tasks: asyncio.Future[Any]) -> None:
