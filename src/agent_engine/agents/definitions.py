@@ -65,7 +65,7 @@ async def create_agent(
     model_id = draft.model_id
     if model_id is None:
         model_id = (
-            await conn.execute(text("SELECT id FROM agent_models WHERE is_default"))
+            await conn.execute(text("SELECT id FROM agent_models WHERE is_default FOR KEY SHARE"))
         ).scalar_one_or_none()
     elif not await _model_exists(conn, model_id):
         raise ModelMissing(model_id)
@@ -104,6 +104,11 @@ async def update_agent(
     unknown = set(changes) - UPDATABLE_COLUMNS
     if unknown:
         raise ValueError(f"not updatable: {sorted(unknown)}")
+    # The model first, then the agent: the same order as a model's removal (model row, then its
+    # agents through SET NULL), so the two cannot deadlock.
+    new_model = changes.get("model_id")
+    if new_model is not None and not await _model_exists(conn, new_model):
+        raise ModelMissing(new_model)
     current = (
         await conn.execute(
             text(
@@ -115,9 +120,6 @@ async def update_agent(
     ).one_or_none()
     if current is None:
         raise Missing("agent", agent_id)
-    new_model = changes.get("model_id")
-    if new_model is not None and not await _model_exists(conn, new_model):
-        raise ModelMissing(new_model)
     schedule = changes.get("schedule", current.schedule)
     schedule_changed = "schedule" in changes and changes["schedule"] != current.schedule
     next_run_at = current.next_run_at
@@ -188,7 +190,11 @@ async def detach_tool(conn: AsyncConnection, agent_id: int, tool_id: int) -> Non
 
 
 async def _model_exists(conn: AsyncConnection, model_id: int) -> bool:
-    found = await conn.execute(text("SELECT 1 FROM agent_models WHERE id = :id"), {"id": model_id})
+    # KEY SHARE holds the row until we commit: a concurrent removal waits for us and then stops
+    # the agent (SET NULL), instead of our write failing on the foreign key after the check.
+    found = await conn.execute(
+        text("SELECT 1 FROM agent_models WHERE id = :id FOR KEY SHARE"), {"id": model_id}
+    )
     return found.first() is not None
 
 
@@ -201,6 +207,7 @@ async def _check_tools_allowed(conn: AsyncConnection, tool_ids: Sequence[int]) -
             await conn.execute(
                 text(
                     "SELECT id FROM tools WHERE id = ANY(CAST(:ids AS bigint[])) AND agents_allowed"
+                    " FOR KEY SHARE"  # a concurrent delete waits; the link then cascades away
                 ),
                 {"ids": wanted},
             )
