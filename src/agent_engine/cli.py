@@ -60,20 +60,25 @@ def _attached_settings() -> Settings:
 def run(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option(help="HTTP port.")] = DEFAULT_PORT,
-    data_dir: Annotated[Path, typer.Option(help="Embedded PostgreSQL and Valkey data.")] = Path(
-        ".agent-engine"
-    ),
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Embedded PostgreSQL and Valkey data "
+            "(default: AGENT_ENGINE_DATA_DIR, else ./.agent-engine)."
+        ),
+    ] = None,
     worker_threads: Annotated[int, typer.Option(help="Worker threads.")] = 4,
     seed: Annotated[bool, typer.Option(help="Seed the demo users, model and agent.")] = True,
 ) -> None:
     """All in one: embedded servers, migrations, demo seed, then api + worker + clock."""
     from agent_engine.allinone import run_all
 
+    settings = _settings()
     run_all(
-        _settings(),
+        settings,
         host=host,
         port=port,
-        data_dir=data_dir,
+        data_dir=data_dir or settings.data_dir,
         worker_threads=worker_threads,
         seed=seed,
     )
