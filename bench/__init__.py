@@ -11,5 +11,6 @@ SCENARIOS = (
     "budget_gate",
     "graphql_page",
     "fanout",
+    "fanout_ws",
     "recovery",
 )
