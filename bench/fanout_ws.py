@@ -1,0 +1,594 @@
+"""Scenario 5 over real WebSockets: `runEvents` subscribers on one api process under uvicorn.
+
+`subscription { runEvents { previousState run { id state } } }` over graphql-transport-ws at
+`/graphql` (token in the `connection_init` payload) against bench/_api_server.py in its own
+process. S subscribers (quick: 1,000; full: 1,000 and 5,000), all the changing owner's (every
+event goes to every subscriber), spread over a few client processes (multiprocessing), each
+holding many `websockets` connections on one event loop; RLIMIT_NOFILE is raised in every
+process. A thread of the runner commits 200 state changes (queued -> running) with asyncpg at a
+steady rate and records the time each commit returned; latency = client receive time - commit
+time (same machine clock). Every subscriber must receive all 200 events, in commit order.
+
+Baseline, in the same run and on the same NOTIFYs: a raw asyncpg LISTEN connection in the runner.
+Memory: the api process's RSS before and after N connect/init/subscribe/complete/close cycles
+(after a warm-up). Client and server CPU are reported: the machine has 2 cores shared by the
+server, the clients and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import resource
+import time
+import urllib.request
+from array import array
+from typing import Any
+
+import asyncpg
+import psutil
+
+from agent_engine.api.auth import mint_token
+from bench.common import (
+    JWT_SECRET,
+    Bench,
+    Process,
+    Row,
+    ScenarioResult,
+    percentile,
+    profiled,
+    python_module_command,
+    read_port_line,
+)
+
+TITLE = "Run-event fan-out over WebSocket: runEvents subscribers on one api process"
+NAME = "fanout_ws"
+OWNER_ID = 1
+CHANGES = 200
+CHANGE_INTERVAL_SECONDS = 0.01  # 100 changes/s, as the in-process `fanout` scenario
+SUBSCRIBERS_PER_CLIENT = 1_000
+MIN_CLIENTS = 2
+OPEN_CONCURRENCY = 32  # connection handshakes in flight per client process
+CYCLE_CONCURRENCY = 8  # connect/disconnect loops per client process
+TARGET_P99_MS = {1_000: 250.0, 5_000: 1_000.0}
+TARGET_MEMORY_GROWTH = 1.10
+QUICK_DEADLINE_SECONDS = 15.0  # keeps `make bench` under two minutes
+FULL_DEADLINE_SECONDS = {1_000: 120.0, 5_000: 360.0}
+NOFILE_WANTED = 65_536
+QUERY = "subscription { runEvents { previousState run { id state } } }"
+SUBPROTOCOL = "graphql-transport-ws"
+METRIC = "agent_engine_active_subscriptions"
+
+
+# --- client processes ---------------------------------------------------------------------
+
+
+def raise_nofile() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = NOFILE_WANTED if hard == resource.RLIM_INFINITY else min(NOFILE_WANTED, hard)
+    if soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class _Sink:
+    """One subscriber's receive times, by the position of its run in commit order."""
+
+    def __init__(self, positions: dict[int, int]) -> None:
+        self.positions = positions
+        self.times = array("d", [math.nan]) * len(positions)
+        self.received = 0
+        self.out_of_order = 0
+        self.duplicates = 0
+        self.errors: list[str] = []
+        self.ended = False  # the stream ended (error, complete, dropped) before the collection
+        self._next = 0
+
+    def record(self, run_id: int, at: float) -> None:
+        position = self.positions.get(run_id)
+        if position is None:
+            return
+        if not math.isnan(self.times[position]):
+            self.duplicates += 1
+            return
+        self.times[position] = at
+        self.received += 1
+        if position != self._next:
+            self.out_of_order += 1
+        self._next = position + 1
+
+
+async def _open(url: str, token: str) -> Any:
+    from websockets.asyncio.client import connect
+    from websockets.typing import Subprotocol
+
+    ws = await connect(
+        url,
+        subprotocols=[Subprotocol(SUBPROTOCOL)],
+        compression=None,  # keep the clients cheap; see bench/README.md
+        proxy=None,
+        open_timeout=60,
+        max_queue=None,
+        # No client keepalive pings: a saturated server answers them late and the client would
+        # drop the connection (in the first full run at 5,000, after 20 s), turning late into lost.
+        ping_interval=None,
+    )
+    await ws.send(
+        json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
+    )
+    ack = json.loads(await ws.recv())
+    if ack.get("type") != "connection_ack":
+        await ws.close()
+        raise RuntimeError(f"not acknowledged: {ack}")
+    await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": QUERY}}))
+    return ws
+
+
+async def _read(ws: Any, sink: _Sink, done: asyncio.Event, expected: int) -> None:
+    loads, now = json.loads, time.time
+    try:
+        async for raw in ws:
+            at = now()
+            message = loads(raw)
+            kind = message.get("type")
+            if kind == "next":
+                payload = message["payload"]
+                if payload.get("errors"):
+                    sink.errors.append(str(payload["errors"])[:200])
+                    continue
+                sink.record(int(payload["data"]["runEvents"]["run"]["id"]), at)
+                if sink.received == expected:
+                    done.set()
+            elif kind == "ping":
+                await ws.send('{"type":"pong"}')
+            elif kind in ("error", "complete"):
+                sink.errors.append(str(message)[:200])
+                sink.ended = True
+                return
+        sink.ended = True
+    except Exception as exc:  # the connection dropped: what was not received is lost
+        sink.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        sink.ended = True
+
+
+async def _subscribe_many(
+    url: str, token: str, count: int, run_ids: list[int]
+) -> tuple[list[Any], list[_Sink], list[asyncio.Task[None]], list[asyncio.Event], list[str]]:
+    positions = {run_id: index for index, run_id in enumerate(run_ids)}
+    gate = asyncio.Semaphore(OPEN_CONCURRENCY)
+    sockets: list[Any] = []
+    sinks: list[_Sink] = []
+    tasks: list[asyncio.Task[None]] = []
+    dones: list[asyncio.Event] = []
+    errors: list[str] = []
+
+    async def one() -> None:
+        async with gate:
+            try:
+                ws = await _open(url, token)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                return
+        sink, done = _Sink(positions), asyncio.Event()
+        sockets.append(ws)
+        sinks.append(sink)
+        dones.append(done)
+        tasks.append(asyncio.create_task(_read(ws, sink, done, len(run_ids))))
+
+    await asyncio.gather(*(one() for _ in range(count)))
+    return sockets, sinks, tasks, dones, errors
+
+
+async def _cycles(url: str, token: str, count: int) -> list[str]:
+    errors: list[str] = []
+    left = [count]
+
+    async def loop() -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            try:
+                ws = await _open(url, token)
+                await ws.send('{"id":"1","type":"complete"}')
+                await ws.close()
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    await asyncio.gather(*(loop() for _ in range(CYCLE_CONCURRENCY)))
+    return errors
+
+
+def client_main(pipe: multiprocessing.connection.Connection, url: str, token: str) -> None:
+    """A client process: obeys commands from the runner over `pipe` until ("stop",)."""
+    raise_nofile()
+
+    async def serve() -> None:
+        state: dict[str, Any] = {}
+        while True:
+            command = await asyncio.to_thread(pipe.recv)
+            kind = command[0]
+            if kind == "stop":
+                return
+            if kind == "cycles":
+                started = time.monotonic()
+                errors = await _cycles(url, token, command[1])
+                pipe.send(("cycled", time.monotonic() - started, errors[:5], len(errors)))
+            elif kind == "subscribe":
+                count, run_ids = command[1], command[2]
+                sockets, sinks, tasks, dones, errors = await _subscribe_many(
+                    url, token, count, run_ids
+                )
+                state = {"sockets": sockets, "sinks": sinks, "tasks": tasks, "dones": dones}
+                pipe.send(("subscribed", len(sockets), errors[:5], len(errors)))
+            elif kind == "collect":
+                within = command[1]
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(within):
+                        await asyncio.gather(*(d.wait() for d in state["dones"]))
+                stopped_at = time.time()
+                sinks = state["sinks"]
+                ended = bytes(1 if s.ended else 0 for s in sinks)
+                errors = [e for s in sinks for e in s.errors][:5]  # before we close them
+                for ws in state["sockets"]:
+                    with contextlib.suppress(Exception):
+                        await ws.send('{"id":"1","type":"complete"}')
+                await asyncio.gather(
+                    *(ws.close() for ws in state["sockets"]), return_exceptions=True
+                )
+                for task in state["tasks"]:
+                    task.cancel()
+                await asyncio.gather(*state["tasks"], return_exceptions=True)
+                times = array("d")
+                for sink in sinks:
+                    times.extend(sink.times)
+                pipe.send(
+                    (
+                        "collected",
+                        times.tobytes(),
+                        ended,
+                        stopped_at,
+                        sum(s.received for s in sinks),
+                        sum(1 for s in sinks if s.out_of_order),
+                        sum(s.duplicates for s in sinks),
+                        errors,
+                    )
+                )
+                state = {}
+
+    asyncio.run(serve())
+
+
+class Clients:
+    """Client processes (spawned), driven over pipes."""
+
+    def __init__(self, count: int, url: str, token: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pipes: list[multiprocessing.connection.Connection] = []
+        self.processes: list[Any] = []
+        for _ in range(count):
+            parent, child = context.Pipe()
+            process = context.Process(target=client_main, args=(child, url, token), daemon=True)
+            process.start()
+            self.pipes.append(parent)
+            self.processes.append(process)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    async def ask(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        for pipe, command in zip(self.pipes, commands, strict=True):
+            pipe.send(command)
+        return list(await asyncio.gather(*(asyncio.to_thread(p.recv) for p in self.pipes)))
+
+    def stop(self) -> None:
+        for pipe, process in zip(self.pipes, self.processes, strict=True):
+            with contextlib.suppress(OSError):
+                pipe.send(("stop",))
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+# --- the runner side ------------------------------------------------------------------------
+
+
+async def seed(url: str, runs: int) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            f"""
+            INSERT INTO users (id, email) VALUES ({OWNER_ID}, 'o@example.com');
+            INSERT INTO agent_models (id, name, provider, model) VALUES (1, 'b', 'builtin', 'b');
+            INSERT INTO agents (id, user_id, name, prompt, model_id) OVERRIDING SYSTEM VALUE
+            SELECT g, {OWNER_ID}, 'agent ' || g, 'p', 1 FROM generate_series(1, {runs}) g;
+            INSERT INTO agent_runs (id, agent_id, trigger, state, created_at)
+            OVERRIDING SYSTEM VALUE
+            SELECT g, g, 'manual', 'queued', now() FROM generate_series(1, {runs}) g
+            """
+        )
+    finally:
+        await conn.close()
+
+
+def commit_changes(url: str, run_ids: list[int]) -> list[float]:
+    """In its own thread and loop; returns the time each commit returned (autocommit)."""
+
+    async def go() -> list[float]:
+        conn = await asyncpg.connect(url)
+        stamps: list[float] = []
+        try:
+            next_at = time.monotonic()
+            for run_id in run_ids:
+                await conn.execute(
+                    "UPDATE agent_runs SET state = 'running', started_at = clock_timestamp(),"
+                    " heartbeat_at = clock_timestamp() WHERE id = $1 AND state = 'queued'",
+                    run_id,
+                )
+                stamps.append(time.time())
+                next_at += CHANGE_INTERVAL_SECONDS
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        finally:
+            await conn.close()
+        return stamps
+
+    return asyncio.run(go())
+
+
+def active_subscriptions(port: int) -> int:
+    """The api's subscription gauge; -1 while it does not answer (busy with a backlog)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith(METRIC + " ") or line.startswith(METRIC + "{"):
+                    return int(float(line.rsplit(" ", 1)[1]))
+    except OSError:  # includes timeouts
+        pass
+    return -1
+
+
+async def wait_active(port: int, count: int, within: float) -> int:
+    deadline = time.monotonic() + within
+    while True:
+        value = await asyncio.to_thread(active_subscriptions, port)
+        if value == count or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.1)
+
+
+async def fanout(
+    url: str,
+    clients: Clients,
+    port: int,
+    server_pid: int,
+    run_ids: list[int],
+    subscribers: int,
+    *,
+    within: float,
+) -> dict[str, Any]:
+    parts = split(subscribers, len(clients.pipes))
+    opened_at = time.monotonic()
+    replies = await clients.ask([("subscribe", n, run_ids) for n in parts])
+    opened = sum(r[1] for r in replies)
+    open_errors = [e for r in replies for e in r[2]]
+    active = await wait_active(port, opened, 60)
+    open_seconds = time.monotonic() - opened_at
+
+    # The baseline: a raw LISTEN on the same NOTIFYs, in this (otherwise idle) loop.
+    listened: dict[int, float] = {}
+    listener = await asyncpg.connect(url)
+
+    def on_notify(_c: Any, _p: int, _ch: str, payload: str) -> None:
+        at = time.time()
+        listened.setdefault(int(json.loads(payload)["run_id"]), at)
+
+    await listener.add_listener("agent_run_events", on_notify)
+    await asyncio.sleep(0.2)
+    client_cpu = cpu_seconds(clients.pids)
+    server_cpu = cpu_seconds([server_pid])
+    started = time.monotonic()
+    try:
+        commits = await asyncio.to_thread(commit_changes, url, run_ids)
+        commit_seconds = time.monotonic() - started
+        replies = await clients.ask([("collect", within)] * len(clients.pipes))
+        wall = time.monotonic() - started
+    finally:
+        await listener.close()
+    client_cpu = cpu_seconds(clients.pids) - client_cpu
+    server_cpu = cpu_seconds([server_pid]) - server_cpu
+
+    # Not received: lost if the subscriber's stream ended (or never opened); late if it was
+    # still open at the deadline -- then its latency is at least deadline - commit (a bound).
+    latencies: list[float] = []
+    bounds: list[float] = []
+    lost = late = 0
+    changes = len(run_ids)
+    for reply in replies:
+        times = array("d")
+        times.frombytes(reply[1])
+        ended, stopped_at = reply[2], reply[3]
+        for index, at in enumerate(times):
+            if not math.isnan(at):
+                latencies.append(at - commits[index % changes])
+            elif ended[index // changes]:
+                lost += 1
+            else:
+                late += 1
+                bounds.append(stopped_at - commits[index % changes])
+    lost += (subscribers - opened) * changes
+    every = latencies + bounds
+    base = [listened[r] - c for r, c in zip(run_ids, commits, strict=True) if r in listened]
+    return {
+        "subscribers": subscribers,
+        "opened": opened,
+        "active_on_server": active,
+        "open_seconds": open_seconds,
+        "open_errors": open_errors,
+        "changes": len(run_ids),
+        "commit_seconds": commit_seconds,
+        "wall_seconds": wall,
+        "collect_deadline_seconds": within,
+        "delivered": len(latencies),
+        "lost": lost,
+        "late_at_deadline": late,
+        "lower_bound": bool(late),
+        "out_of_order_subscribers": sum(r[5] for r in replies),
+        "duplicates": sum(r[6] for r in replies),
+        "errors": [e for r in replies for e in r[7]][:5],
+        "p50_ms": percentile(every, 50) * 1000,
+        "p90_ms": percentile(every, 90) * 1000,
+        "p99_ms": percentile(every, 99) * 1000,
+        "max_ms": max(every) * 1000 if every else math.nan,
+        "delivered_p50_ms": percentile(latencies, 50) * 1000,
+        "delivered_p99_ms": percentile(latencies, 99) * 1000,
+        "deliveries_per_second": len(latencies) / wall if wall else math.nan,
+        "client_cpu_percent": 100 * client_cpu / wall,
+        "server_cpu_percent": 100 * server_cpu / wall,
+        "client_processes": len(clients.pipes),
+        "baseline_received": len(base),
+        "baseline_p50_ms": percentile(base, 50) * 1000,
+        "baseline_p99_ms": percentile(base, 99) * 1000,
+    }
+
+
+async def memory_cycles(
+    clients: Clients, port: int, server_pid: int, cycles: int, warm: int
+) -> dict[str, Any]:
+    server = psutil.Process(server_pid)
+    parts = len(clients.pipes)
+    await clients.ask([("cycles", n) for n in split(warm, parts)])
+    await wait_active(port, 0, 10)
+    await asyncio.sleep(0.5)
+    before = server.memory_info().rss
+    started = time.monotonic()
+    cpu = cpu_seconds([server_pid])
+    replies = await clients.ask([("cycles", n) for n in split(cycles, parts)])
+    seconds = time.monotonic() - started
+    cpu = cpu_seconds([server_pid]) - cpu
+    left = await wait_active(port, 0, 10)
+    await asyncio.sleep(0.5)
+    after = server.memory_info().rss
+    return {
+        "cycles": cycles,
+        "warm_up_cycles": warm,
+        "seconds": seconds,
+        "cycles_per_second": cycles / seconds if seconds else math.nan,
+        "server_cpu_ms_per_cycle": 1000 * cpu / cycles if cycles else math.nan,
+        "errors": sum(r[3] for r in replies),
+        "error_examples": [e for r in replies for e in r[2]][:5],
+        "rss_before": before,
+        "rss_after": after,
+        "subscriptions_left": left,
+    }
+
+
+async def run(bench: Bench) -> ScenarioResult:
+    sizes = [1_000] if bench.quick else [1_000, 5_000]
+    cycles = 500 if bench.quick else 10_000
+    warm = 100 if bench.quick else 1_000
+    # Seconds the clients wait for the last event after the last commit; what is still missing
+    # then counts as late (latency >= the wait: p99 becomes a lower bound), not as lost.
+    deadline = {1_000: QUICK_DEADLINE_SECONDS} if bench.quick else FULL_DEADLINE_SECONDS
+    result = ScenarioResult(NAME, TITLE)
+    raise_nofile()  # the api subprocess inherits it
+    url = await bench.create_database("fanout_ws")
+    await seed(url, CHANGES * len(sizes))
+    settings = bench.settings(url, bench.redis_url())
+    server = Process(
+        python_module_command("bench._api_server"),
+        env=bench.env(settings),
+        log_path=bench.work_dir / "fanout_ws-api.log",
+    )
+    token = mint_token(JWT_SECRET, user_id=OWNER_ID)
+    clients: Clients | None = None
+    details: dict[str, Any] = {"change_interval_seconds": CHANGE_INTERVAL_SECONDS}
+    try:
+        port = await asyncio.to_thread(read_port_line, server)
+        ws_url = f"ws://127.0.0.1:{port}/graphql"
+        count = max(MIN_CLIENTS, math.ceil(max(sizes) / SUBSCRIBERS_PER_CLIENT))
+        clients = Clients(count, ws_url, token)
+        details["server_rss_start"] = psutil.Process(server.pid).memory_info().rss
+        memory = await memory_cycles(clients, port, server.pid, cycles, warm)
+        details["memory"] = memory
+        for index, subscribers in enumerate(sizes):
+            ids = list(range(index * CHANGES + 1, (index + 1) * CHANGES + 1))
+            with profiled(server.pid, f"fanout_ws-api-{subscribers}"):
+                measured = await fanout(
+                    url, clients, port, server.pid, ids, subscribers, within=deadline[subscribers]
+                )
+            details[f"ws_{subscribers}"] = measured
+            drained_at = time.monotonic()
+            measured["subscriptions_left"] = await wait_active(port, 0, 120)
+            measured["server_drain_seconds"] = time.monotonic() - drained_at
+            target = TARGET_P99_MS[subscribers]
+            result.add(
+                Row(
+                    f"p99 commit→client over WebSocket, {subscribers:,} subscribers x {CHANGES}",
+                    measured["p99_ms"],
+                    "ms",
+                    baseline=measured["baseline_p99_ms"],
+                    baseline_label="raw LISTEN p99, same NOTIFYs",
+                    target=f"≤ {target:g} ms, 0 lost",
+                    ok=measured["p99_ms"] <= target
+                    and measured["lost"] == 0
+                    and measured["late_at_deadline"] == 0
+                    and measured["out_of_order_subscribers"] == 0,
+                    note=("LOWER BOUND: " if measured["lower_bound"] else "")
+                    + f"lost {measured['lost']}, not yet delivered "
+                    f"{measured['late_at_deadline']} {measured['collect_deadline_seconds']:g} s "
+                    f"after the last commit, of {subscribers * CHANGES}; "
+                    f"{measured['out_of_order_subscribers']} subscribers out of order; "
+                    f"p50 {measured['p50_ms']:.0f} ms; "
+                    f"{measured['deliveries_per_second']:,.0f} deliveries/s; "
+                    f"CPU: server {measured['server_cpu_percent']:.0f} %, "
+                    f"{measured['client_processes']} clients {measured['client_cpu_percent']:.0f} %"
+                    f" (of one core); opened in {measured['open_seconds']:.1f} s",
+                )
+            )
+        growth = memory["rss_after"] / memory["rss_before"]
+        result.add(
+            Row(
+                f"api RSS after {cycles:,} WebSocket connect/subscribe/close cycles",
+                memory["rss_after"] / 2**20,
+                "MiB",
+                baseline=memory["rss_before"] / 2**20,
+                baseline_label="before",
+                target=f"ratio ≤ {TARGET_MEMORY_GROWTH:.2f}",
+                ok=growth <= TARGET_MEMORY_GROWTH
+                and memory["subscriptions_left"] == 0
+                and memory["errors"] == 0,
+                note=f"{memory['cycles_per_second']:.0f} cycles/s, "
+                f"{memory['server_cpu_ms_per_cycle']:.1f} ms server CPU each; "
+                f"errors {memory['errors']}; "
+                f"subscriptions left {memory['subscriptions_left']}",
+            )
+        )
+    finally:
+        if clients is not None:
+            await asyncio.to_thread(clients.stop)
+        server.stop()
+        details["server_log_tail"] = server.log_tail(1000)
+    result.details = details
+    await bench.drop_database(url)
+    return result
+
+
+__all__ = ["run"]
