@@ -202,7 +202,7 @@ class GraphQLView(GraphQL[Context, None]):
             raise HTTPException(400, "No GraphQL query found in the request") from exc
         finally:
             # The loaders' shared connection goes back to the pool with the request.
-            await context.loaders.release()
+            await context.release()
 
     def _validate_batch_request(self, request_data: Any, protocol: Any) -> None:
         raise HTTPException(

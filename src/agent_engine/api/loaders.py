@@ -56,6 +56,12 @@ def _by_id(table: str) -> TextClause:
     return text(f"SELECT * FROM {table} WHERE id = ANY(CAST(:ids AS bigint[]))")
 
 
+_AGENTS_BY_ID = _by_id("agents")
+_USERS_BY_ID = _by_id("users")
+_MODELS_BY_ID = _by_id("agent_models")
+_RUNS_BY_ID = _by_id("agent_runs")
+
+
 class Loaders:
     def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
         self._engine = engine
@@ -66,10 +72,10 @@ class Loaders:
         self._users = 0
         self._release_timer: asyncio.TimerHandle | None = None
         self._releasing: asyncio.Task[None] | None = None
-        self.agent: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agents"), "id")
-        self.user: DataLoader[int, Row | None] = self._rows_by_key(_by_id("users"), "id")
-        self.model: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agent_models"), "id")
-        self.run: DataLoader[int, Row | None] = self._rows_by_key(_by_id("agent_runs"), "id")
+        self.agent: DataLoader[int, Row | None] = self._rows_by_key(_AGENTS_BY_ID, "id")
+        self.user: DataLoader[int, Row | None] = self._rows_by_key(_USERS_BY_ID, "id")
+        self.model: DataLoader[int, Row | None] = self._rows_by_key(_MODELS_BY_ID, "id")
+        self.run: DataLoader[int, Row | None] = self._rows_by_key(_RUNS_BY_ID, "id")
         self.last_run: DataLoader[int, Row | None] = self._rows_by_key(
             _LAST_FINISHED_RUNS, "agent_id"
         )
