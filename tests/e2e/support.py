@@ -191,6 +191,19 @@ async def fake_model(factories: Factories, fake: FakeOpenAIServer, **values: Any
     )
 
 
+async def owner_with_agents(
+    factories: Factories, fake: FakeOpenAIServer, count: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """A new owner with `count` agents on the fake model."""
+    owner = (await factories.user())["id"]
+    model = await fake_model(factories, fake)
+    agents = [
+        await factories.agent(user_id=owner, model_id=model["id"], name=f"a{i}")
+        for i in range(count)
+    ]
+    return owner, agents
+
+
 def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: Any) -> str:
     return mint_token(
         settings.jwt_secret or "", user_id=user_id, admin=admin, ttl=timedelta(hours=1), **claims

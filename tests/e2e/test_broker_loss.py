@@ -20,10 +20,10 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     Stack,
     all_terminal,
     eventually,
-    fake_model,
     fake_openai,
     fetch,
     invariant_violations,
+    owner_with_agents,
     stack,
     token,
 )
@@ -47,12 +47,7 @@ async def test_valkey_restart_under_load_loses_no_run(
         pytest.skip("needs the embedded Valkey (REDIS_URL points at a shared server)")
     valkey = servers.embedded.valkey
     fake_openai.script(lambda _body: text_reply("ok", delay_seconds=0.3))
-    owner = (await factories.user())["id"]
-    model = await fake_model(factories, fake_openai)
-    agents = [
-        await factories.agent(user_id=owner, model_id=model["id"], name=f"a{i}")
-        for i in range(AGENTS)
-    ]
+    owner, agents = await owner_with_agents(factories, fake_openai, AGENTS)
     api = await stack.api()
     stack.worker(threads=4)
     stack.clock()

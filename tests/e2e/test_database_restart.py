@@ -22,10 +22,10 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     Stack,
     all_terminal,
     eventually,
-    fake_model,
     fake_openai,
     fetch,
     invariant_violations,
+    owner_with_agents,
     stack,
     token,
     websocket,
@@ -50,12 +50,7 @@ async def test_postgres_restart_readyz_reports_it_and_everything_recovers(
         pytest.skip("needs the embedded PostgreSQL (DATABASE_URL points at a shared server)")
     postgres = servers.embedded.postgres
     fake_openai.script(lambda _body: text_reply("ok", delay_seconds=1.0))
-    owner = (await factories.user())["id"]
-    model = await fake_model(factories, fake_openai)
-    agents = [
-        await factories.agent(user_id=owner, model_id=model["id"], name=f"a{i}")
-        for i in range(AGENTS)
-    ]
+    owner, agents = await owner_with_agents(factories, fake_openai, AGENTS)
     api = await stack.api()
     stack.worker(threads=4)
     stack.clock()
