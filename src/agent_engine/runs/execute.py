@@ -23,7 +23,12 @@ from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
 from agent_engine.runs.budget import owners_over_budget
-from agent_engine.runtime.context import RunContext, load_run_context
+from agent_engine.runtime.context import (
+    CONTEXT_COLUMNS,
+    CONTEXT_FROM,
+    RunContext,
+    run_context_from_row,
+)
 from agent_engine.runtime.loop import Runtime
 
 log = logging.getLogger(__name__)
@@ -38,15 +43,13 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-# With the platform settings: the claim is one checkout and reads them once (round trips per run
-# are most of the worker's cost against a fast model).
+# With the platform settings and the run's whole context: the claim is one checkout and one read
+# (round trips per run are most of the worker's cost against a fast model).
 _CLAIM_READ_SQL = text(
-    "SELECT r.state, a.user_id, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
-    " (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
-    " AS platform"
-    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
-    " WHERE r.id = :run_id"
-    " FOR UPDATE OF r"
+    "SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
+    + CONTEXT_COLUMNS
+    + CONTEXT_FROM
+    + " FOR UPDATE OF r"
 )
 
 _START_SQL = text(
@@ -165,7 +168,7 @@ async def _claim(
 ) -> tuple[RunState | None, RunContext | None]:
     """queued → running, or → skipped (budget spent) / failed (gate closed since the request).
 
-    A run set running comes with its context, read in the same transaction.
+    A run set running comes with its context, from the same locking read.
     """
     async with engine.begin() as conn:
         # The row lock serialises duplicate messages: the second one reads the new state.
@@ -187,14 +190,14 @@ async def _claim(
             )
             return RunState.FAILED, None
         platform = PlatformSettings.from_rows(row.platform or {})
-        if await owners_over_budget(conn, [row.user_id], now=now, platform=platform):
+        if await owners_over_budget(conn, [row.owner_id], now=now, platform=platform):
             await conn.execute(
                 _SKIP_AT_CLAIM_SQL,
                 {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
             )
             return RunState.SKIPPED, None
         await conn.execute(_START_SQL, {"run_id": run_id, "now": now})
-        return RunState.RUNNING, await load_run_context(conn, run_id, platform=platform)
+        return RunState.RUNNING, run_context_from_row(row, platform=platform)
 
 
 async def _heartbeat(

@@ -7,6 +7,7 @@ The optional-tool selection is filtered here, at the run's start: a tool the adm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -36,49 +37,43 @@ class RunContext:
     iteration_cap: int
 
 
-# One statement: run → agent → owner, model, allowed tool selection (and the platform settings,
-# unless the caller read them already in the same transaction).
-_COLUMNS = """
-    SELECT r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
-           u.timezone AS owner_timezone,
-           m.provider, m.model, m.base_url, m.api_key_env,
-           ARRAY(
-               SELECT t.name FROM agent_tools at JOIN tools t ON t.id = at.tool_id
-               WHERE at.agent_id = a.id AND t.agents_allowed
-               ORDER BY t.name
-           ) AS tool_names
+# One statement: run → agent → owner, model, allowed tool selection and the platform settings.
+# The worker's claim selects the same columns (`CONTEXT_COLUMNS`, over `CONTEXT_FROM`'s aliases) in
+# its own locking read and builds the context with `run_context_from_row`: no second statement.
+CONTEXT_COLUMNS = """
+    r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
+    u.timezone AS owner_timezone,
+    m.provider, m.model, m.base_url, m.api_key_env,
+    ARRAY(
+        SELECT t.name FROM agent_tools at JOIN tools t ON t.id = at.tool_id
+        WHERE at.agent_id = a.id AND t.agents_allowed
+        ORDER BY t.name
+    ) AS tool_names,
+    (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
+     FROM platform_settings p) AS platform
 """
-_FROM = """
+CONTEXT_FROM = """
     FROM agent_runs r
     JOIN agents a ON a.id = r.agent_id
     LEFT JOIN users u ON u.id = a.user_id
     LEFT JOIN agent_models m ON m.id = a.model_id
     WHERE r.id = :run_id
 """
-_LOAD = text(
-    _COLUMNS
-    + """,
-           (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
-            FROM platform_settings p) AS platform
-    """
-    + _FROM
-)
-_LOAD_WITHOUT_PLATFORM = text(_COLUMNS + _FROM)
+_LOAD = text("SELECT" + CONTEXT_COLUMNS + CONTEXT_FROM)
 
 
-async def load_run_context(
-    conn: AsyncConnection, run_id: int, *, platform: PlatformSettings | None = None
-) -> RunContext | None:
-    """The run's context, or None when the run or its agent is gone or the agent has no model.
-
-    `platform`: the settings the caller already read in this transaction (the worker's claim).
-    """
-    statement = _LOAD if platform is None else _LOAD_WITHOUT_PLATFORM
-    row = (await conn.execute(statement, {"run_id": run_id})).first()
-    if row is None or row.provider is None:
+async def load_run_context(conn: AsyncConnection, run_id: int) -> RunContext | None:
+    """The run's context, or None when the run or its agent is gone or the agent has no model."""
+    row = (await conn.execute(_LOAD, {"run_id": run_id})).first()
+    if row is None:
         return None
-    if platform is None:
-        platform = PlatformSettings.from_rows(row.platform or {})
+    return run_context_from_row(row, platform=PlatformSettings.from_rows(row.platform or {}))
+
+
+def run_context_from_row(row: Any, *, platform: PlatformSettings) -> RunContext | None:
+    """The context from a row with `CONTEXT_COLUMNS`; None when the agent has no model."""
+    if row.provider is None:
+        return None
     registered = optional_tools()
     return RunContext(
         run_id=row.run_id,

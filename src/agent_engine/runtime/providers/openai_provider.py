@@ -2,6 +2,13 @@
 
 The API key is never stored: the model row names the environment variable that holds it. Servers
 that need no key (vLLM, Ollama) get a placeholder, because the SDK insists on one.
+
+The request goes through the client's generic `post` (the SDK's documented way to send a request
+it has no typed method for) rather than `chat.completions.create`: same client, retries, timeout,
+auth, error mapping and `ChatCompletion` parsing, without `create`'s per-call recursive transform
+of the messages and tool schemas against the SDK's TypedDicts (a third of the SDK's CPU per call
+against a fast server). That transform only renames aliased fields and formats dates/files, and
+the plain text messages and function tools built here have neither.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import os
 from typing import Any, cast
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from agent_engine.runtime.providers.base import (
     ModelReply,
@@ -22,6 +30,9 @@ from agent_engine.runtime.providers.base import (
 MAX_RETRIES = 2
 PLACEHOLDER_API_KEY = "not-needed"
 MAX_ERROR_DETAIL_CHARS = 500
+CHAT_COMPLETIONS_PATH = "/chat/completions"
+# What `chat.completions.create` sends: the bearer API key.
+_REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 
 
 def api_key_from_env(api_key_env: str | None) -> str:
@@ -56,11 +67,16 @@ class OpenAIProvider:
         return self.base_url or "the OpenAI API"
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        kwargs: dict[str, Any] = {"model": request.model, "messages": request.messages}
+        body: dict[str, Any] = {"model": request.model, "messages": request.messages}
         if request.tools:
-            kwargs["tools"] = request.tools
+            body["tools"] = request.tools
         try:
-            response = await self._client.chat.completions.create(**kwargs)
+            response = await self._client.post(
+                CHAT_COMPLETIONS_PATH,
+                body=body,
+                cast_to=ChatCompletion,
+                options=_REQUEST_OPTIONS,
+            )
         except openai.APITimeoutError as exc:
             raise ProviderError(
                 f"model call timed out after {self.timeout_seconds:g} s"
