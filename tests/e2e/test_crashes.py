@@ -33,7 +33,8 @@ from tests.support.factories import Factories
 pytestmark = pytest.mark.slow
 
 AGENTS = 16
-MODEL_DELAY_SECONDS = 1.0
+# Long enough that runs seen running are still running when the kill lands, even under load.
+MODEL_DELAY_SECONDS = 2.0
 START = "mutation($id: ID!) { startRun(agentId: $id) { id state reason } }"
 
 
