@@ -38,6 +38,18 @@ def _settings() -> Settings:
     return load_settings()
 
 
+def _required(*, database: bool, broker: bool) -> Settings:
+    """Settings for a long-running process, refusing to start without what it needs."""
+    settings = _settings()
+    if database and not settings.database_url:
+        typer.echo("DATABASE_URL is not set", err=True)
+        raise typer.Exit(2)
+    if broker and not settings.effective_broker_url:
+        typer.echo("no broker: set REDIS_URL (or BROKER_URL=amqp://… for RabbitMQ)", err=True)
+        raise typer.Exit(2)
+    return settings
+
+
 def _attached_settings() -> Settings:
     """Settings for a one-off command. Without DATABASE_URL, attach to the embedded PostgreSQL
     that `agent-engine run` keeps in the data dir, if it is running; without a JWT secret, use the
@@ -93,7 +105,16 @@ def serve(
     """The GraphQL API (HTTP and WebSocket), /healthz, /readyz and /metrics."""
     from agent_engine.api.server import serve as serve_api
 
-    serve_api(_settings(), host=host, port=port, workers=workers)
+    settings = _required(database=True, broker=False)
+    # Fail at start, not with every request refused: a server that cannot verify tokens is useless.
+    if not (settings.jwt_secret or settings.jwt_public_key or settings.jwt_public_key_file):
+        typer.echo(
+            "no token verification key: set AGENT_ENGINE_JWT_SECRET (HS256) or "
+            "AGENT_ENGINE_JWT_PUBLIC_KEY / AGENT_ENGINE_JWT_PUBLIC_KEY_FILE (RS256/ES256)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    serve_api(settings, host=host, port=port, workers=workers)
 
 
 @app.command()
@@ -105,7 +126,9 @@ def worker(
     """A Dramatiq worker: executes runs, scans schedules and reaps stale runs."""
     from agent_engine.workers.main import run_worker
 
-    run_worker(_settings(), processes=processes, threads=threads, queues=queues)
+    run_worker(
+        _required(database=True, broker=True), processes=processes, threads=threads, queues=queues
+    )
 
 
 @app.command()
@@ -113,7 +136,7 @@ def clock() -> None:
     """Sends the schedule tick every few seconds and the reap tick every ~30 s. Safe to run many."""
     from agent_engine.workers.clock import run_clock
 
-    run_clock(_settings())
+    run_clock(_required(database=False, broker=True))
 
 
 @app.command()

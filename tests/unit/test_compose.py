@@ -44,3 +44,32 @@ def test_compose_command_exists_in_the_cli(service: str, argv: list[str]) -> Non
         assert command is not None, f"{service}: `agent-engine {argv[0]}` does not exist"
         # Parsing validates every option and argument without running the command.
         command.make_context(argv[0], list(argv[1:]), parent=ctx)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["serve"], {}, "DATABASE_URL is not set"),
+        (["serve"], {"DATABASE_URL": "postgresql://x@h/db"}, "no token verification key"),
+        (["worker"], {}, "DATABASE_URL is not set"),
+        (["worker"], {"DATABASE_URL": "postgresql://x@h/db"}, "no broker"),
+        (["clock"], {}, "no broker"),
+    ],
+)
+def test_production_commands_refuse_to_start_without_their_configuration(
+    argv: list[str], env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    for name in (
+        "DATABASE_URL",
+        "REDIS_URL",
+        "BROKER_URL",
+        "AGENT_ENGINE_JWT_SECRET",
+        "AGENT_ENGINE_JWT_PUBLIC_KEY",
+        "AGENT_ENGINE_JWT_PUBLIC_KEY_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(app, argv, env=env)
+    assert result.exit_code == 2
+    assert message in result.output
