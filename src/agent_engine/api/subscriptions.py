@@ -21,11 +21,11 @@ from agent_engine.api.errors import ApiError
 from agent_engine.api.events import RunEventHub, SubscriberTooSlow
 from agent_engine.api.queries import visible_agent
 from agent_engine.api.types import Budget, Info, Run, RunEvent, RunState, parse_id
+from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.runs.budget import owner_budget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-TERMINAL_STATES = frozenset({"succeeded", "failed", "skipped"})
 SUBSCRIBER_TOO_SLOW = "SUBSCRIBER_TOO_SLOW"
 
 
