@@ -52,11 +52,13 @@ async def seed(url: str, runs: int) -> None:
         await conn.close()
 
 
-def commit_changes(url: str, run_ids: list[int]) -> None:
-    """In its own thread and loop: the committer is not slowed by the fan-out it causes."""
+def commit_changes(url: str, run_ids: list[int]) -> list[float]:
+    """In its own thread and loop (the committer is not slowed by the fan-out it causes); returns
+    the wall-clock time each commit returned (autocommit)."""
 
-    async def go() -> None:
+    async def go() -> list[float]:
         conn = await asyncpg.connect(url)
+        stamps: list[float] = []
         try:
             next_at = time.monotonic()
             for run_id in run_ids:
@@ -65,12 +67,14 @@ def commit_changes(url: str, run_ids: list[int]) -> None:
                     " heartbeat_at = clock_timestamp() WHERE id = $1 AND state = 'queued'",
                     run_id,
                 )
+                stamps.append(time.time())
                 next_at += CHANGE_INTERVAL_SECONDS
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         finally:
             await conn.close()
+        return stamps
 
-    asyncio.run(go())
+    return asyncio.run(go())
 
 
 async def _stamps(url: str, run_ids: list[int]) -> dict[int, float]:

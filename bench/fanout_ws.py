@@ -45,11 +45,12 @@ from bench.common import (
     read_port_line,
 )
 
+# The same data and the same 100 changes/s as the in-process `fanout` scenario.
+from bench.fanout import CHANGE_INTERVAL_SECONDS, OWNER_ID, commit_changes, seed
+
 TITLE = "Run-event fan-out over WebSocket: runEvents subscribers on one api process"
 NAME = "fanout_ws"
-OWNER_ID = 1
 CHANGES = 200
-CHANGE_INTERVAL_SECONDS = 0.01  # 100 changes/s, as the in-process `fanout` scenario
 SUBSCRIBERS_PER_CLIENT = 1_000
 MIN_CLIENTS = 2
 OPEN_CONCURRENCY = 32  # connection handshakes in flight per client process
@@ -309,48 +310,6 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 # --- the runner side ------------------------------------------------------------------------
-
-
-async def seed(url: str, runs: int) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(
-            f"""
-            INSERT INTO users (id, email) VALUES ({OWNER_ID}, 'o@example.com');
-            INSERT INTO agent_models (id, name, provider, model) VALUES (1, 'b', 'builtin', 'b');
-            INSERT INTO agents (id, user_id, name, prompt, model_id) OVERRIDING SYSTEM VALUE
-            SELECT g, {OWNER_ID}, 'agent ' || g, 'p', 1 FROM generate_series(1, {runs}) g;
-            INSERT INTO agent_runs (id, agent_id, trigger, state, created_at)
-            OVERRIDING SYSTEM VALUE
-            SELECT g, g, 'manual', 'queued', now() FROM generate_series(1, {runs}) g
-            """
-        )
-    finally:
-        await conn.close()
-
-
-def commit_changes(url: str, run_ids: list[int]) -> list[float]:
-    """In its own thread and loop; returns the time each commit returned (autocommit)."""
-
-    async def go() -> list[float]:
-        conn = await asyncpg.connect(url)
-        stamps: list[float] = []
-        try:
-            next_at = time.monotonic()
-            for run_id in run_ids:
-                await conn.execute(
-                    "UPDATE agent_runs SET state = 'running', started_at = clock_timestamp(),"
-                    " heartbeat_at = clock_timestamp() WHERE id = $1 AND state = 'queued'",
-                    run_id,
-                )
-                stamps.append(time.time())
-                next_at += CHANGE_INTERVAL_SECONDS
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-        finally:
-            await conn.close()
-        return stamps
-
-    return asyncio.run(go())
 
 
 def active_subscriptions(port: int) -> int:
