@@ -11,7 +11,7 @@ FORBIDDEN to owners.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -150,6 +150,26 @@ async def owned_agent(info: Info, agent_id: int, action: str, *, owner_only: boo
     return dict(found)
 
 
+async def _change_tools(
+    info: Info,
+    agent_id: strawberry.ID,
+    field: str,
+    change: Callable[[AsyncConnection, int], Awaitable[None]],
+) -> Agent:
+    """The tool-selection mutations: the owner's (or an admin's) agent, one transaction, a tool
+    not allowed for agents is BAD_USER_INPUT on `field`. `change` parses its own tool ids, so
+    they are checked after the agent (someone else's agent stays NOT_FOUND)."""
+    info.context.require_viewer()
+    ident = parse_id(agent_id, "agentId")
+    await owned_agent(info, ident, "change its tools")
+    async with _transaction(info) as conn:
+        try:
+            await change(conn, ident)
+        except ToolsNotAllowed as exc:
+            raise BadUserInput(field, str(exc)) from exc
+        return await _fresh_agent(info, conn, ident)
+
+
 @strawberry.type
 class Mutation:
     @strawberry.mutation
@@ -255,43 +275,36 @@ class Mutation:
     async def set_agent_tools(
         self, info: Info, agent_id: strawberry.ID, tool_ids: list[strawberry.ID]
     ) -> Agent:
-        info.context.require_viewer()
-        ident = parse_id(agent_id, "agentId")
-        await owned_agent(info, ident, "change its tools")
-        tools = _tool_ids(tool_ids, "toolIds")
-        async with _transaction(info) as conn:
-            try:
-                await definitions.set_agent_tools(conn, ident, tools)
-            except ToolsNotAllowed as exc:
-                raise BadUserInput("toolIds", str(exc)) from exc
-            return await _fresh_agent(info, conn, ident)
+        return await _change_tools(
+            info,
+            agent_id,
+            "toolIds",
+            lambda conn, ident: definitions.set_agent_tools(
+                conn, ident, _tool_ids(tool_ids, "toolIds")
+            ),
+        )
 
     @strawberry.mutation
     async def attach_tool(
         self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
     ) -> Agent:
-        info.context.require_viewer()
-        ident = parse_id(agent_id, "agentId")
-        await owned_agent(info, ident, "change its tools")
-        tool = parse_id(tool_id, "toolId")
-        async with _transaction(info) as conn:
-            try:
-                await definitions.attach_tool(conn, ident, tool)
-            except ToolsNotAllowed as exc:
-                raise BadUserInput("toolId", str(exc)) from exc
-            return await _fresh_agent(info, conn, ident)
+        return await _change_tools(
+            info,
+            agent_id,
+            "toolId",
+            lambda conn, ident: definitions.attach_tool(conn, ident, parse_id(tool_id, "toolId")),
+        )
 
     @strawberry.mutation
     async def detach_tool(
         self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
     ) -> Agent:
-        info.context.require_viewer()
-        ident = parse_id(agent_id, "agentId")
-        await owned_agent(info, ident, "change its tools")
-        tool = parse_id(tool_id, "toolId")
-        async with _transaction(info) as conn:
-            await definitions.detach_tool(conn, ident, tool)
-            return await _fresh_agent(info, conn, ident)
+        return await _change_tools(
+            info,
+            agent_id,
+            "toolId",
+            lambda conn, ident: definitions.detach_tool(conn, ident, parse_id(tool_id, "toolId")),
+        )
 
     @described_mutation(
         description=(
