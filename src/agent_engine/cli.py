@@ -33,9 +33,20 @@ DEFAULT_PORT = 8000
 
 
 def _settings() -> Settings:
+    """The settings from the environment; settings that are invalid or contradict each other
+    stop the command at once with what is wrong (exit status 2)."""
+    from pydantic import ValidationError
+
     from agent_engine.settings import load_settings
 
-    return load_settings()
+    try:
+        return load_settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            typer.echo(f"invalid configuration: {where + ': ' if where else ''}{message}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _required(*, database: bool, broker: bool) -> Settings:
@@ -79,7 +90,12 @@ def run(
             "(default: AGENT_ENGINE_DATA_DIR, else ./.agent-engine)."
         ),
     ] = None,
-    worker_threads: Annotated[int, typer.Option(help="Worker threads.")] = 4,
+    worker_threads: Annotated[
+        int,
+        typer.Option(
+            help="Worker claiming threads (runs in flight: AGENT_ENGINE_RUNS_IN_FLIGHT, 200)."
+        ),
+    ] = 4,
     seed: Annotated[bool, typer.Option(help="Seed the demo users, model and agent.")] = True,
 ) -> None:
     """All in one: embedded servers, migrations, demo seed, then api + worker + clock."""
@@ -120,15 +136,25 @@ def serve(
 @app.command()
 def worker(
     processes: Annotated[int, typer.Option(help="Worker processes.")] = 1,
-    threads: Annotated[int, typer.Option(help="Threads per process.")] = 8,
+    threads: Annotated[
+        int, typer.Option(help="Claiming threads per process (not the runs in flight).", min=1)
+    ] = 8,
+    runs_in_flight: Annotated[
+        int | None,
+        typer.Option(
+            help="Runs executing at once per process (default: AGENT_ENGINE_RUNS_IN_FLIGHT, 200).",
+            min=1,
+        ),
+    ] = None,
     queues: Annotated[list[str] | None, typer.Option(help="Only these queues.")] = None,
 ) -> None:
     """A Dramatiq worker: executes runs, scans schedules and reaps stale runs."""
     from agent_engine.workers.main import run_worker
 
-    run_worker(
-        _required(database=True, broker=True), processes=processes, threads=threads, queues=queues
-    )
+    settings = _required(database=True, broker=True)
+    if runs_in_flight is not None:
+        settings = settings.model_copy(update={"runs_in_flight": runs_in_flight})
+    run_worker(settings, processes=processes, threads=threads, queues=queues)
 
 
 @app.command()

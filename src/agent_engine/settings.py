@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -52,6 +52,14 @@ class Settings(BaseSettings):
     schedule_tick_seconds: float = Field(default=5.0, gt=0)
     reap_tick_seconds: float = Field(default=30.0, gt=0)
     schedule_batch_size: int = Field(default=500, ge=1)
+    runs_in_flight: int = Field(
+        default=200, ge=1, description="Runs one worker process executes at once."
+    )
+    model_slot_wait_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="How long a queued run of a model with maxConcurrentRuns may wait for a slot.",
+    )
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
@@ -69,6 +77,28 @@ class Settings(BaseSettings):
     @classmethod
     def _asyncpg_url(cls, value: str | None) -> str | None:
         return None if value is None else to_asyncpg_url(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        """Refuse settings that contradict each other (the process would misbehave, not fail)."""
+        problems = []
+        if self.stale_after_seconds <= self.heartbeat_interval_seconds:
+            problems.append(
+                f"AGENT_ENGINE_STALE_AFTER_SECONDS ({self.stale_after_seconds:g}) must be greater"
+                f" than AGENT_ENGINE_HEARTBEAT_INTERVAL_SECONDS"
+                f" ({self.heartbeat_interval_seconds:g}): the reaper would fail live runs between"
+                " two heartbeats"
+            )
+        if self.queued_fail_after_seconds <= self.queued_resend_after_seconds:
+            problems.append(
+                f"AGENT_ENGINE_QUEUED_FAIL_AFTER_SECONDS ({self.queued_fail_after_seconds:g}) must"
+                f" be greater than AGENT_ENGINE_QUEUED_RESEND_AFTER_SECONDS"
+                f" ({self.queued_resend_after_seconds:g}): a lost message would fail the run"
+                " before it is re-sent"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def heartbeat_interval(self) -> timedelta:

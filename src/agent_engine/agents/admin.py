@@ -33,6 +33,26 @@ class ModelDraft:
     base_url: str | None
     api_key_env: str | None
     is_default: bool
+    # None = no limit. `keep_max_concurrent_runs`: leave the stored limit as it is (an update that
+    # did not mention it); a new model then has none.
+    max_concurrent_runs: int | None = None
+    keep_max_concurrent_runs: bool = False
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    id: int
+    # The concurrency limit before and after the save (a raised or lifted limit frees slots).
+    previous_limit: int | None
+    limit: int | None
+
+    @property
+    def limit_widened(self) -> bool:
+        if self.limit == self.previous_limit:
+            return False
+        return self.limit is None or (
+            self.previous_limit is not None and self.limit > self.previous_limit
+        )
 
 
 async def deactivate_owner(conn: AsyncConnection, user_id: int) -> int:
@@ -54,7 +74,9 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int) -> int:
     return len(switched.all())
 
 
-async def upsert_model(conn: AsyncConnection, model_id: int | None, draft: ModelDraft) -> int:
+async def upsert_model(
+    conn: AsyncConnection, model_id: int | None, draft: ModelDraft
+) -> SavedModel:
     params = {
         "name": draft.name,
         "provider": draft.provider,
@@ -62,6 +84,10 @@ async def upsert_model(conn: AsyncConnection, model_id: int | None, draft: Model
         "base_url": draft.base_url,
         "api_key_env": draft.api_key_env,
         "is_default": draft.is_default,
+        "max_concurrent_runs": None
+        if draft.keep_max_concurrent_runs
+        else draft.max_concurrent_runs,
+        "keep_limit": draft.keep_max_concurrent_runs,
         "id": model_id,
     }
     try:
@@ -75,34 +101,38 @@ async def upsert_model(conn: AsyncConnection, model_id: int | None, draft: Model
                 {"id": model_id},
             )
         if model_id is None:
-            return int(
-                (
-                    await conn.execute(
-                        text(
-                            "INSERT INTO agent_models"
-                            " (name, provider, model, base_url, api_key_env, is_default)"
-                            " VALUES (:name, :provider, :model, :base_url, :api_key_env,"
-                            " :is_default) RETURNING id"
-                        ),
-                        params,
-                    )
-                ).scalar_one()
-            )
+            created = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO agent_models (name, provider, model, base_url, api_key_env,"
+                        " is_default, max_concurrent_runs)"
+                        " VALUES (:name, :provider, :model, :base_url, :api_key_env,"
+                        " :is_default, :max_concurrent_runs) RETURNING id, max_concurrent_runs"
+                    ),
+                    params,
+                )
+            ).one()
+            return SavedModel(int(created.id), None, created.max_concurrent_runs)
+        # The previous limit comes from the old row (a self-join sees it before the update).
         updated = (
             await conn.execute(
                 text(
-                    "UPDATE agent_models SET name = :name, provider = :provider, model = :model,"
-                    " base_url = :base_url, api_key_env = :api_key_env, is_default = :is_default"
-                    " WHERE id = :id RETURNING id"
+                    "UPDATE agent_models AS m SET name = :name, provider = :provider,"
+                    " model = :model, base_url = :base_url, api_key_env = :api_key_env,"
+                    " is_default = :is_default,"
+                    " max_concurrent_runs = CASE WHEN :keep_limit THEN m.max_concurrent_runs"
+                    " ELSE CAST(:max_concurrent_runs AS integer) END"
+                    " FROM agent_models AS old WHERE m.id = :id AND old.id = m.id"
+                    " RETURNING m.id, old.max_concurrent_runs AS previous, m.max_concurrent_runs"
                 ),
                 params,
             )
-        ).scalar_one_or_none()
+        ).one_or_none()
     except IntegrityError as exc:
         raise Contended("another default model was set at the same time; retry") from exc
     if updated is None:
         raise Missing("model", model_id or 0)
-    return int(updated)
+    return SavedModel(int(updated.id), updated.previous, updated.max_concurrent_runs)
 
 
 async def remove_model(conn: AsyncConnection, model_id: int) -> None:

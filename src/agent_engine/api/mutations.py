@@ -35,6 +35,7 @@ from agent_engine.api.errors import (
 from agent_engine.api.guards import (
     BASE_URL_MAX_CHARS,
     DESCRIPTION_MAX_CHARS,
+    MAX_CONCURRENT_RUNS,
     MAX_ITERATION_CAP,
     MAX_TOOL_IDS,
     MODEL_FIELD_MAX_CHARS,
@@ -61,6 +62,7 @@ from agent_engine.api.types import (
 )
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
+from agent_engine.runs import model_slots
 from agent_engine.runs import request as run_request
 
 Row = dict[str, Any]
@@ -370,6 +372,16 @@ class Mutation:
                 raise BadUserInput("input.baseUrl", "must be an http(s) URL")
         if input.api_key_env is not None and not _ENV_NAME.match(input.api_key_env):
             raise BadUserInput("input.apiKeyEnv", "must be an environment variable name")
+        limit = input.max_concurrent_runs
+        if (
+            limit is not strawberry.UNSET
+            and limit is not None
+            and not (1 <= limit <= MAX_CONCURRENT_RUNS)
+        ):
+            raise BadUserInput(
+                "input.maxConcurrentRuns",
+                f"must be between 1 and {MAX_CONCURRENT_RUNS:,}, or null for no limit",
+            )
         draft = admin_service.ModelDraft(
             name=checked_text("input.name", input.name, MODEL_FIELD_MAX_CHARS),
             provider=input.provider,
@@ -377,17 +389,24 @@ class Mutation:
             base_url=base_url,
             api_key_env=input.api_key_env,
             is_default=input.is_default,
+            max_concurrent_runs=None if limit is strawberry.UNSET else limit,
+            keep_max_concurrent_runs=limit is strawberry.UNSET,
         )
         async with _transaction(info) as conn:
             saved = await admin_service.upsert_model(conn, model_id, draft)
             row = (
                 (
                     await conn.execute(
-                        text("SELECT * FROM agent_models WHERE id = :id"), {"id": saved}
+                        text("SELECT * FROM agent_models WHERE id = :id"), {"id": saved.id}
                     )
                 )
                 .mappings()
                 .one()
+            )
+        if saved.limit_widened:
+            # Runs waiting for a slot of this model start now, not at the reaper's next pass.
+            await model_slots.wake_after_limit_change(
+                info.context.engine, saved.id, limit=saved.limit, enqueue=info.context.enqueue
             )
         return AgentModel.from_row(dict(row))
 

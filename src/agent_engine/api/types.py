@@ -175,6 +175,12 @@ class AgentModel:
     api_key_env: str | None = strawberry.field(
         description="Name of the environment variable that holds the API key (never the key)."
     )
+    max_concurrent_runs: int | None = strawberry.field(
+        description=(
+            "At most this many runs of this model are RUNNING at once across all workers; the"
+            " rest wait QUEUED. null = no limit."
+        )
+    )
 
     @classmethod
     def from_row(cls, row: Row) -> AgentModel:
@@ -186,6 +192,7 @@ class AgentModel:
             is_default=row["is_default"],
             base_url=row["base_url"],
             api_key_env=row["api_key_env"],
+            max_concurrent_runs=row.get("max_concurrent_runs"),
         )
 
 
@@ -685,6 +692,10 @@ class AgentModelInput:
     base_url: str | None = None
     api_key_env: str | None = None
     is_default: bool = False
+    max_concurrent_runs: int | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="Absent: unchanged (on create: no limit). Explicit null: no limit.",
+    )
 
 
 @strawberry.input

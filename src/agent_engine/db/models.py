@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
     MetaData,
     Text,
     UniqueConstraint,
@@ -72,6 +73,10 @@ class AgentModel(Base):
     __tablename__ = "agent_models"
     __table_args__ = (
         CheckConstraint(_in("provider", ("openai", "builtin")), name="provider"),
+        CheckConstraint(
+            "max_concurrent_runs IS NULL OR max_concurrent_runs >= 1",
+            name="max_concurrent_runs_positive",
+        ),
         Index(
             "uq_agent_models_one_default",
             "is_default",
@@ -88,6 +93,8 @@ class AgentModel(Base):
     api_key_env: Mapped[str | None] = mapped_column(Text)
     is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     created_at: Mapped[datetime] = _created_at()
+    # At most this many runs of the model `running` at once across all workers; NULL = no limit.
+    max_concurrent_runs: Mapped[int | None] = mapped_column(Integer)
 
 
 class Tool(Base):
@@ -234,6 +241,14 @@ class AgentRun(Base):
             "heartbeat_at",
             postgresql_where=text("state IN ('queued', 'running')"),
         ),
+        # Per-model limits: a model's running runs, and its queued runs oldest first.
+        Index(
+            "ix_agent_runs_model_unfinished",
+            "model_id",
+            "state",
+            "id",
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -250,6 +265,9 @@ class AgentRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()
+    # The model the run is queued for / ran on (set at the request, refreshed at the claim). Not a
+    # foreign key: the journal outlives the model list.
+    model_id: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class AgentTool(Base):

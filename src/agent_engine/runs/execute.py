@@ -1,8 +1,16 @@
-"""Executing one queued run: claim, heartbeat, runtime, finish — every write a compare-and-set.
+"""Executing one queued run: claim, execute (heartbeat + runtime), finish — every write a
+compare-and-set.
+
+`claim_run` moves the run from `queued` (to `running`, or ends it at the claim, or leaves it
+waiting for a slot of its model); `execute_claimed` runs the agent loop beside a heartbeat and
+finishes the run; `execute_run` is the two in a row. A worker claims in its actor and executes in
+a task of its in-flight set (`workers/inflight.py`).
 
 A redelivered or duplicate message finds the run no longer `queued` and changes nothing. A run the
 reaper failed while this worker was still busy is noticed by the next heartbeat (its CAS matches no
 row): the work is abandoned and the late finish, being a CAS on `state = 'running'`, writes nothing.
+Liveness is written on the database's clock (`heartbeat_at = now()`), the clock the reaper reads,
+so a worker whose own clock is behind cannot get its live runs reaped.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
+from agent_engine.runs import model_slots
 from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.context import (
     CONTEXT_COLUMNS,
     CONTEXT_FROM,
@@ -47,14 +58,21 @@ def utc_now() -> datetime:
 # (round trips per run are most of the worker's cost against a fast model).
 _CLAIM_READ_SQL = text(
     "SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
+    " a.model_id AS agent_model_id, r.model_id AS run_model_id, m.max_concurrent_runs,"
     + CONTEXT_COLUMNS
     + CONTEXT_FROM
     + " FOR UPDATE OF r"
 )
 
 _START_SQL = text(
-    "UPDATE agent_runs SET state = 'running', started_at = :now, heartbeat_at = :now"
+    "UPDATE agent_runs SET state = 'running', started_at = :now, heartbeat_at = now(),"
+    " model_id = :model_id"
     " WHERE id = :run_id AND state = 'queued'"
+)
+
+# A run left waiting joins its model's line (the owner may have switched models since the request).
+_REQUEUE_FOR_MODEL_SQL = text(
+    "UPDATE agent_runs SET model_id = :model_id WHERE id = :run_id AND state = 'queued'"
 )
 
 _SKIP_AT_CLAIM_SQL = text(
@@ -69,13 +87,13 @@ _FAIL_AT_CLAIM_SQL = text(
 )
 
 _HEARTBEAT_SQL = text(
-    "UPDATE agent_runs SET heartbeat_at = :now, tokens_used = GREATEST(tokens_used, :tokens)"
+    "UPDATE agent_runs SET heartbeat_at = now(), tokens_used = GREATEST(tokens_used, :tokens)"
     " WHERE id = :run_id AND state = 'running'"
 )
 
 _FINISH_SQL = text(
     "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
-    " tokens_used = GREATEST(tokens_used, :tokens), finished_at = :now, heartbeat_at = :now"
+    " tokens_used = GREATEST(tokens_used, :tokens), finished_at = :now, heartbeat_at = now()"
     " WHERE id = :run_id AND state = 'running'"
 )
 
@@ -84,6 +102,27 @@ INTERRUPTED_ERROR = "interrupted: the worker stopped before the run finished"
 # A single-statement write (heartbeat, finish) retried once when its pooled connection turned out
 # dead (database restart; the engine has no pre-ping): the pool is invalidated by then.
 SINGLE_WRITE_ATTEMPTS = 2
+# A finish that cannot reach the database is tried again for this long (a restart takes seconds);
+# after that the run stays `running` and the reaper fails it as stale — never doubled.
+FINISH_RETRY_SECONDS = 60.0
+FINISH_RETRY_FIRST_DELAY_SECONDS = 0.5
+FINISH_RETRY_MAX_DELAY_SECONDS = 8.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the claim did with a queued run.
+
+    `state`: RUNNING — ours to execute (`context` set); QUEUED — left waiting for a slot of its
+    model; SKIPPED / FAILED — ended at the claim; None — not queued any more (a duplicate message).
+    """
+
+    run_id: int
+    state: RunState | None
+    context: RunContext | None = None
+    model_id: int | None = None
+    # The model's concurrency limit when claimed: a limited model's finish hands its slot on.
+    model_limit: int | None = None
 
 
 class _TokenMeter:
@@ -105,11 +144,86 @@ async def execute_run(
     now_fn: NowFn = utc_now,
     heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
     run_timeout: timedelta = RUN_TIMEOUT,
+    enqueue: Enqueue | None = None,
 ) -> RunState | None:
-    """Execute a queued run. Returns the state this call left it in, None if it changed nothing."""
-    claimed, ctx = await _claim(engine, run_id, now=now_fn())
-    if claimed is not RunState.RUNNING:
-        return claimed
+    """Claim and execute a queued run. Returns the state this call left it in (QUEUED: waiting
+    for a slot of its model), None if it changed nothing."""
+    claim = await claim_run(engine, run_id, now=now_fn(), enqueue=enqueue)
+    if claim.state is not RunState.RUNNING:
+        return claim.state
+    return await execute_claimed(
+        engine,
+        runtime,
+        claim,
+        now_fn=now_fn,
+        heartbeat_interval=heartbeat_interval,
+        run_timeout=run_timeout,
+        enqueue=enqueue,
+    )
+
+
+async def claim_run(
+    engine: AsyncEngine, run_id: int, *, now: datetime, enqueue: Enqueue | None = None
+) -> Claim:
+    """queued → running, or → skipped (budget spent) / failed (gate closed since the request),
+    or left queued when its model has no free slot (`model_slots`).
+
+    A run set running comes with its context, from the same locking read. `enqueue` hands a slot
+    on when a run of a limited model ended here without running (others may wait behind it).
+    """
+    claim = await _claim(engine, run_id, now=now)
+    if (
+        claim.state in (RunState.SKIPPED, RunState.FAILED)
+        and claim.model_limit is not None
+        and claim.model_id is not None
+        and enqueue is not None
+    ):
+        await model_slots.hand_on_slots(engine, claim.model_id, enqueue=enqueue)
+    return claim
+
+
+async def execute_claimed(
+    engine: AsyncEngine,
+    runtime: Runtime,
+    claim: Claim,
+    *,
+    now_fn: NowFn = utc_now,
+    heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
+    run_timeout: timedelta = RUN_TIMEOUT,
+    enqueue: Enqueue | None = None,
+) -> RunState | None:
+    """Run a claimed run's agent loop beside its heartbeat, then finish it (a compare-and-set).
+
+    Returns the state written, None when the run was no longer ours (reaped meanwhile).
+    """
+    try:
+        return await _execute(
+            engine,
+            runtime,
+            claim,
+            now_fn=now_fn,
+            heartbeat_interval=heartbeat_interval,
+            run_timeout=run_timeout,
+        )
+    finally:
+        # The run's slot of its model is free (whatever the outcome): the next waiting run gets it.
+        if claim.model_limit is not None and claim.model_id is not None and enqueue is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    model_slots.hand_on_slots(engine, claim.model_id, enqueue=enqueue)
+                )
+
+
+async def _execute(
+    engine: AsyncEngine,
+    runtime: Runtime,
+    claim: Claim,
+    *,
+    now_fn: NowFn,
+    heartbeat_interval: timedelta,
+    run_timeout: timedelta,
+) -> RunState | None:
+    run_id, ctx = claim.run_id, claim.context
     meter = _TokenMeter()
     if ctx is None:
         return await _fail(
@@ -117,17 +231,20 @@ async def execute_run(
         )
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
-    work = asyncio.ensure_future(runtime.execute(ctx, now=now_fn(), on_tokens=meter.record))
+    deadline = asyncio.get_running_loop().time() + run_timeout.total_seconds()
+    work = asyncio.ensure_future(
+        runtime.execute(ctx, now=now_fn(), on_tokens=meter.record, deadline=deadline)
+    )
     beat = asyncio.ensure_future(
-        _heartbeat(engine, run_id, interval=heartbeat_interval, now_fn=now_fn, meter=meter)
+        _heartbeat(engine, run_id, interval=heartbeat_interval, meter=meter)
     )
     try:
         done, _ = await asyncio.wait(
             {work, beat}, timeout=run_timeout.total_seconds(), return_when=asyncio.FIRST_COMPLETED
         )
     except asyncio.CancelledError:
-        # Worker shutdown or the actor's time limit: release the agent now rather than after
-        # STALE_AFTER, then let the cancellation go on.
+        # Worker shutdown: release the agent now rather than after STALE_AFTER, then let the
+        # cancellation go on.
         await _cancel(work, beat)
         await _fail(engine, run_id, now=now_fn(), error=INTERRUPTED_ERROR, tokens=meter.total)
         raise
@@ -163,18 +280,14 @@ async def execute_run(
     )
 
 
-async def _claim(
-    engine: AsyncEngine, run_id: int, *, now: datetime
-) -> tuple[RunState | None, RunContext | None]:
-    """queued → running, or → skipped (budget spent) / failed (gate closed since the request).
-
-    A run set running comes with its context, from the same locking read.
-    """
+async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
     async with engine.begin() as conn:
         # The row lock serialises duplicate messages: the second one reads the new state.
         row = (await conn.execute(_CLAIM_READ_SQL, {"run_id": run_id})).one_or_none()
         if row is None or row.state != RunState.QUEUED:
-            return None, None
+            return Claim(run_id, None)
+        model_id = row.agent_model_id
+        limit = row.max_concurrent_runs
         lock = closed_lock(
             enabled=row.enabled, admin_paused=row.admin_paused, has_model=row.has_model
         )
@@ -188,16 +301,35 @@ async def _claim(
                     "error": f"the agent cannot start ({lock.value}): {LOCK_MESSAGES[lock]}",
                 },
             )
-            return RunState.FAILED, None
+            return Claim(run_id, RunState.FAILED, model_id=row.run_model_id, model_limit=limit)
         platform = PlatformSettings.from_rows(row.platform or {})
         if await owners_over_budget(conn, [row.owner_id], now=now, platform=platform):
             await conn.execute(
                 _SKIP_AT_CLAIM_SQL,
                 {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
             )
-            return RunState.SKIPPED, None
-        await conn.execute(_START_SQL, {"run_id": run_id, "now": now})
-        return RunState.RUNNING, run_context_from_row(row, platform=platform)
+            return Claim(run_id, RunState.SKIPPED, model_id=row.run_model_id, model_limit=limit)
+        admission = await model_slots.admit(conn, model_id=model_id, run_id=run_id, limit=limit)
+        if not admission.admitted:
+            if row.run_model_id != model_id:
+                await conn.execute(_REQUEUE_FOR_MODEL_SQL, {"run_id": run_id, "model_id": model_id})
+            log.info(
+                "run %s waits for a slot of model %s (%d running, %d queued ahead, limit %d)",
+                run_id,
+                model_id,
+                admission.running,
+                admission.ahead,
+                admission.limit,
+            )
+            return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
+        await conn.execute(_START_SQL, {"run_id": run_id, "now": now, "model_id": model_id})
+        return Claim(
+            run_id,
+            RunState.RUNNING,
+            context=run_context_from_row(row, platform=platform),
+            model_id=model_id,
+            model_limit=admission.limit,
+        )
 
 
 async def _heartbeat(
@@ -205,7 +337,6 @@ async def _heartbeat(
     run_id: int,
     *,
     interval: timedelta,
-    now_fn: NowFn,
     meter: _TokenMeter,
 ) -> None:
     """Beat until the run is no longer ours; returns only then (the caller abandons the work)."""
@@ -213,7 +344,7 @@ async def _heartbeat(
         await asyncio.sleep(interval.total_seconds())
         try:
             rowcount = await _write_one(
-                engine, _HEARTBEAT_SQL, {"run_id": run_id, "now": now_fn(), "tokens": meter.total}
+                engine, _HEARTBEAT_SQL, {"run_id": run_id, "tokens": meter.total}
             )
         except Exception:
             # A database blip must not kill the run; STALE_AFTER spans several beats.
@@ -234,19 +365,29 @@ async def _finish(
     output: str | None = None,
     error: str | None = None,
 ) -> RunState | None:
-    rowcount = await _write_one(
-        engine,
-        _FINISH_SQL,
-        {
-            "run_id": run_id,
-            "now": now,
-            "state": str(state),
-            "reason": str(reason) if reason else None,
-            "output": output,
-            "error": error,
-            "tokens": tokens,
-        },
-    )
+    params = {
+        "run_id": run_id,
+        "now": now,
+        "state": str(state),
+        "reason": str(reason) if reason else None,
+        "output": output,
+        "error": error,
+        "tokens": tokens,
+    }
+    delay = FINISH_RETRY_FIRST_DELAY_SECONDS
+    give_up_at = asyncio.get_running_loop().time() + FINISH_RETRY_SECONDS
+    while True:
+        try:
+            rowcount = await _write_one(engine, _FINISH_SQL, params)
+            break
+        except (DBAPIError, OSError):
+            # The database is unreachable: try again for a while. A finish that lands after the
+            # reaper failed the run matches no row; one that never lands leaves it to the reaper.
+            if asyncio.get_running_loop().time() + delay > give_up_at:
+                raise
+            log.warning("run %s: could not write its finish; retrying", run_id, exc_info=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, FINISH_RETRY_MAX_DELAY_SECONDS)
     if rowcount == 0:
         log.warning("run %s was no longer running at its finish; nothing written", run_id)
         return None

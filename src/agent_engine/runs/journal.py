@@ -18,10 +18,14 @@ from agent_engine.domain.runs import RunReason, RunTrigger
 
 # ON CONFLICT names the partial index by its columns and predicate: the refused rows are simply
 # not returned, with no exception and no aborted transaction.
+# `model_id` records the model the run is queued for: a model's limit counts its runs, and its
+# waiting runs are found oldest first by it (the claim refreshes it if the owner switched models).
 _INSERT_QUEUED_SQL = text(
-    "INSERT INTO agent_runs (agent_id, trigger, state, tokens_used, created_at)"
-    " SELECT t.agent_id, :trigger, 'queued', 0, :now"
+    "INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used, created_at)"
+    " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0, :now"
     " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
+    " JOIN agents a ON a.id = t.agent_id"
+    " ORDER BY t.agent_id"
     " ON CONFLICT (agent_id) WHERE state IN ('queued', 'running') DO NOTHING"
     " RETURNING *"
 )

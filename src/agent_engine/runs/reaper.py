@@ -1,10 +1,16 @@
 """The reaper: releases runs nobody is working on, re-sends messages nobody received.
 
 - `running` with no heartbeat for `stale_after` → `failed`/`stale` (the worker died; the lock on
-  the agent is released and its tokens so far count).
+  the agent is released and its tokens so far count). Measured on the database's clock, the one
+  the heartbeats are written with.
 - `queued` older than `resend_after` → the execute message is sent again (Redis lost it, or the
   API could not send it). Duplicates are harmless: the claim is a compare-and-set.
 - `queued` older than `fail_after` → `failed`/`stale`: nobody will run it any more.
+
+Runs of a model with a concurrency limit may be queued because they wait for a slot, with no
+message in flight on purpose (`model_slots`): they are not re-sent blindly — the oldest of them
+get a message when their model has free slots — and they wait up to `slot_wait`, not
+`fail_after`, before they are failed as stale.
 """
 
 from __future__ import annotations
@@ -16,23 +22,40 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.domain.runs import STALE_AFTER
+from agent_engine.runs import model_slots
 from agent_engine.runs.request import Enqueue, send_after_commit
 
 QUEUED_RESEND_AFTER = timedelta(seconds=60)
 QUEUED_FAIL_AFTER = timedelta(hours=1)
+# How long a queued run of a model with maxConcurrentRuns may wait for a slot.
+MODEL_SLOT_WAIT = timedelta(hours=24)
 
 _REAP_RUNNING_SQL = text(
-    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now(),"
     " error = :error"
-    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at) < :cutoff"
+    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at)"
+    " < now() - make_interval(secs => :stale_after_seconds)"
     " RETURNING id"
+)
+
+# Whether a queued run belongs to a model with a concurrency limit (it may be waiting for a slot).
+_OF_LIMITED_MODEL = (
+    "EXISTS (SELECT 1 FROM agent_models m"
+    " WHERE m.id = agent_runs.model_id AND m.max_concurrent_runs IS NOT NULL)"
 )
 
 _REAP_QUEUED_SQL = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
     " error = :error"
-    " WHERE state = 'queued' AND created_at < :cutoff"
-    " RETURNING id"
+    " WHERE state = 'queued' AND created_at < :cutoff AND NOT "
+    + _OF_LIMITED_MODEL
+    + " RETURNING id"
+)
+
+_REAP_WAITING_SQL = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
+    " error = :error"
+    " WHERE state = 'queued' AND created_at < :cutoff AND " + _OF_LIMITED_MODEL + " RETURNING id"
 )
 
 # While workers are down every tick re-sends the same runs; the cap bounds the duplicates one
@@ -41,7 +64,7 @@ RESEND_LIMIT_PER_TICK = 1000
 
 _UNCLAIMED_SQL = text(
     "SELECT id FROM agent_runs WHERE state = 'queued' AND created_at < :cutoff"
-    " ORDER BY id LIMIT :limit"
+    " AND NOT " + _OF_LIMITED_MODEL + " ORDER BY id LIMIT :limit"
 )
 
 
@@ -59,14 +82,14 @@ async def reap_stale_runs(
     stale_after: timedelta = STALE_AFTER,
     resend_after: timedelta = QUEUED_RESEND_AFTER,
     fail_after: timedelta = QUEUED_FAIL_AFTER,
+    slot_wait: timedelta = MODEL_SLOT_WAIT,
     enqueue: Enqueue,
 ) -> ReapResult:
     async with engine.begin() as conn:
         running = await conn.execute(
             _REAP_RUNNING_SQL,
             {
-                "now": now,
-                "cutoff": now - stale_after,
+                "stale_after_seconds": stale_after.total_seconds(),
                 "error": f"no heartbeat for {stale_after.total_seconds():g} s: the worker is gone",
             },
         )
@@ -79,10 +102,22 @@ async def reap_stale_runs(
                 "error": f"no worker claimed the run within {fail_after.total_seconds():g} s",
             },
         )
-        failed_queued = sorted(int(r.id) for r in queued)
+        waited = await conn.execute(
+            _REAP_WAITING_SQL,
+            {
+                "now": now,
+                "cutoff": now - slot_wait,
+                "error": f"the run waited {slot_wait.total_seconds():g} s for a slot of its model"
+                " (its maxConcurrentRuns)",
+            },
+        )
+        failed_queued = sorted([int(r.id) for r in queued] + [int(r.id) for r in waited])
         unclaimed = await conn.execute(
             _UNCLAIMED_SQL, {"cutoff": now - resend_after, "limit": RESEND_LIMIT_PER_TICK}
         )
         resent = [int(r.id) for r in unclaimed]
+        # The slots of limited models that nobody handed on (a worker died between a finish and
+        # the hand-on, or before the claim of a run others waited behind).
+        resent += await model_slots.waiting_with_free_slots(conn, cutoff=now - resend_after)
     await send_after_commit(enqueue, resent)
     return ReapResult(failed_running=failed_running, failed_queued=failed_queued, resent=resent)

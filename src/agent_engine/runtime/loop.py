@@ -140,7 +140,10 @@ class Runtime:
         *,
         now: datetime,
         on_tokens: Callable[[int], None] | None = None,
+        deadline: float | None = None,
     ) -> RunOutcome:
+        """Run the loop. `deadline` (event-loop time) is the run's wall-clock end: providers wait
+        out rate limits only up to it."""
         tokens = 0
         texts: list[str] = []
 
@@ -172,6 +175,7 @@ class Runtime:
                     messages=list(messages),
                     tools=schemas,
                     owner_prompt=ctx.prompt,
+                    deadline=deadline,
                 )
                 try:
                     reply = await provider.complete(request)

@@ -1,28 +1,36 @@
 """The three actors, thin: each reads its settings, calls one function of `runs/`, returns.
 
 Actors are declared on a broker by `declare_actors` (called from `broker.configure_broker`), not at
-import time, so importing this module connects to nothing. The per-process database engine and
-runtime are created lazily on the AsyncIO middleware's event loop, the loop every async actor of
-this process runs on, and closed when the worker shuts down.
+import time, so importing this module connects to nothing. The per-process database engine,
+runtime and in-flight set are created lazily on the process's one event loop (the `SharedAsyncIO`
+middleware's, which every async actor of the process runs on) and closed when the worker stops.
+
+`execute_run` does not hold its Dramatiq thread for the run's life: it waits for a place in the
+in-flight set, claims, hands the claimed run to a task on the loop and returns (see
+`workers/inflight.py`). Ticks run on their own `dramatiq.Worker` threads (`workers/main.py`), so a
+full in-flight set never delays a schedule scan or a reap.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import dramatiq
 import structlog
-from dramatiq.middleware import Middleware
+from dramatiq.asyncio import get_event_loop_thread
+from dramatiq.middleware import AsyncIO, Middleware
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine
+from agent_engine.domain.runs import RunState
 from agent_engine.runs import execute, reaper, scheduler
+from agent_engine.runs.execute import Claim
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
+from agent_engine.workers.inflight import InFlight, WorkerStopping
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +38,8 @@ RUNS_QUEUE = "runs"
 TICKS_QUEUE = "ticks"
 QUEUES = (RUNS_QUEUE, TICKS_QUEUE)
 
-# The actor's time limit sits above the run's own wall-clock limit, so the run ends itself (and
-# journals why) before Dramatiq interrupts it.
+# The actor waits for an in-flight place (at most one run's wall clock) and claims; Dramatiq's
+# time limit (enforced only under its own CLI) sits above that.
 ACTOR_TIME_LIMIT_MARGIN_SECONDS = 60.0
 TICK_TIME_LIMIT_SECONDS = 300.0
 # Retries cover failures before the claim (database unreachable); after it the claim's
@@ -39,23 +47,26 @@ TICK_TIME_LIMIT_SECONDS = 300.0
 EXECUTE_MAX_RETRIES = 3
 EXECUTE_MIN_BACKOFF_SECONDS = 1.0
 EXECUTE_MAX_BACKOFF_SECONDS = 30.0
+# A message whose reservation a stopping worker refused goes back to the broker this soon.
+REQUEUE_ON_STOP_DELAY_SECONDS = 1.0
 # Ticks are periodic: a failed one is replaced by the next, and an old one is dropped.
 TICK_MIN_MAX_AGE_SECONDS = 10.0
-# Lower runs first: a tick waiting for a free worker thread goes before queued executions, so
-# a burst of runs does not delay the scan. (A worker busy with long runs on every thread still
-# delays it: give ticks their own worker with `--queues ticks`, or more threads.)
 TICK_PRIORITY = 0
 EXECUTE_PRIORITY = 10
+# How long a stopping worker lets runs in flight finish before interrupting them (set per stop).
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 20.0
 
 
 class WorkerContext:
-    """Per-process resources of the actors: settings, then a lazily created engine and runtime."""
+    """Per-process resources of the actors: settings, then a lazily created engine, runtime and
+    in-flight set (all bound to the process's event loop)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.shutdown_grace_seconds = DEFAULT_SHUTDOWN_GRACE_SECONDS
         self._engine: AsyncEngine | None = None
         self._runtime: Runtime | None = None
-        self._executions: set[asyncio.Task[Any]] = set()
+        self._in_flight: InFlight | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -68,26 +79,28 @@ class WorkerContext:
     def runtime(self) -> Runtime:
         if self._runtime is None:
             self._runtime = Runtime(
-                self.engine, model_timeout_seconds=self.settings.model_timeout_seconds
+                self.engine,
+                model_timeout_seconds=self.settings.model_timeout_seconds,
+                tool_timeout_seconds=self.settings.tool_timeout_seconds,
             )
         return self._runtime
 
-    def track(self, task: asyncio.Task[Any] | None) -> None:
-        if task is not None:
-            self._executions.add(task)
+    @property
+    def in_flight(self) -> InFlight:
+        if self._in_flight is None:
+            self._in_flight = InFlight(self.settings.runs_in_flight)
+        return self._in_flight
 
-    def untrack(self, task: asyncio.Task[Any] | None) -> None:
-        if task is not None:
-            self._executions.discard(task)
+    def stop_admitting(self) -> None:
+        """On the loop: refuse new runs (the worker is stopping); runs in flight go on."""
+        if self._in_flight is not None:
+            self._in_flight.stop_admitting()
 
     async def close(self) -> None:
-        """Interrupt runs still executing (they journal it) and release the database pool."""
-        pending = [task for task in self._executions if not task.done()]
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=10)
-        self._executions.clear()
+        """Let runs in flight finish (grace), interrupt the rest (they journal it), release the
+        database pool and the model clients."""
+        if self._in_flight is not None:
+            await self._in_flight.drain(self.shutdown_grace_seconds)
         if self._runtime is not None:
             runtime, self._runtime = self._runtime, None
             await runtime.aclose()
@@ -105,22 +118,48 @@ def _require_context() -> WorkerContext:
     return _context
 
 
+def worker_context() -> WorkerContext:
+    """This process's actor resources (for the worker's start and stop)."""
+    return _require_context()
+
+
 async def execute_run(run_id: int) -> None:
+    from agent_engine.workers.broker import enqueue_execute
+
     context = _require_context()
-    settings = context.settings
-    task = asyncio.current_task()
-    context.track(task)
+    in_flight = context.in_flight
+    try:
+        # Blocks this Dramatiq thread while the set is full, before anything is claimed.
+        await in_flight.reserve()
+    except WorkerStopping:
+        raise dramatiq.Retry(delay=int(REQUEUE_ON_STOP_DELAY_SECONDS * 1000)) from None
     try:
         with structlog.contextvars.bound_contextvars(run_id=run_id):
-            await execute.execute_run(
-                context.engine,
-                context.runtime,
-                run_id,
-                heartbeat_interval=settings.heartbeat_interval,
-                run_timeout=timedelta(seconds=settings.run_timeout_seconds),
+            claim = await execute.claim_run(
+                context.engine, run_id, now=execute.utc_now(), enqueue=enqueue_execute
             )
-    finally:
-        context.untrack(task)
+    except BaseException:
+        in_flight.cancel_reservation()
+        raise
+    if claim.state is not RunState.RUNNING:
+        in_flight.cancel_reservation()
+        return
+    in_flight.start(_execute_claimed(context, claim), name=f"run-{run_id}")
+
+
+async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
+    from agent_engine.workers.broker import enqueue_execute
+
+    settings = context.settings
+    with structlog.contextvars.bound_contextvars(run_id=claim.run_id):
+        await execute.execute_claimed(
+            context.engine,
+            context.runtime,
+            claim,
+            heartbeat_interval=settings.heartbeat_interval,
+            run_timeout=timedelta(seconds=settings.run_timeout_seconds),
+            enqueue=enqueue_execute,
+        )
 
 
 async def schedule_due_agents() -> None:
@@ -148,6 +187,7 @@ async def reap_stale_runs() -> None:
         stale_after=settings.stale_after,
         resend_after=timedelta(seconds=settings.queued_resend_after_seconds),
         fail_after=timedelta(seconds=settings.queued_fail_after_seconds),
+        slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
         enqueue=enqueue_execute,
     )
     if result.failed_running or result.failed_queued or result.resent:
@@ -166,17 +206,55 @@ class Actors:
     reap_stale_runs: dramatiq.Actor[[], None]
 
 
+class SharedAsyncIO(AsyncIO):
+    """Dramatiq's AsyncIO middleware for several `dramatiq.Worker`s in one process: the first to
+    boot starts the event loop, the last to shut down stops it (the runs and the ticks worker
+    share one loop, one engine and one in-flight set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._workers = 0
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        with self._lock:
+            self._workers += 1
+            if self._workers == 1:
+                super().before_worker_boot(broker, worker)  # type: ignore[no-untyped-call]
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        with self._lock:
+            self._workers -= 1
+            if self._workers == 0:
+                super().after_worker_shutdown(broker, worker)  # type: ignore[no-untyped-call]
+
+
 class _ContextMiddleware(Middleware):
-    """Closes the per-process resources while the event loop still runs (AsyncIO stops it next)."""
+    """Stops admitting runs when a worker begins to stop; closes the per-process resources after
+    the last worker stopped, while the event loop still runs (SharedAsyncIO stops it next)."""
 
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
+        self._lock = threading.Lock()
+        self._workers = 0
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        with self._lock:
+            self._workers += 1
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        # The process is stopping (its workers stop together): wake the threads waiting for an
+        # in-flight place, so Dramatiq can join them; their messages go back to the broker.
+        loop_thread = get_event_loop_thread()
+        if loop_thread is not None:
+            loop_thread.loop.call_soon_threadsafe(self.context.stop_admitting)
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        from dramatiq.asyncio import get_event_loop_thread
-
+        with self._lock:
+            self._workers -= 1
+            last = self._workers == 0
         loop_thread = get_event_loop_thread()
-        if loop_thread is None:
+        if not last or loop_thread is None:
             return
         try:
             loop_thread.run_coroutine(self.context.close())
@@ -185,13 +263,11 @@ class _ContextMiddleware(Middleware):
 
 
 def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
-    """Bind the actors to `broker` with options derived from `settings`."""
-    from dramatiq.middleware import AsyncIO
-
+    """Bind the actors to `broker` (which has `SharedAsyncIO`) with options from `settings`."""
     global _context
     _context = WorkerContext(settings)
     # `after` in the list: Dramatiq emits after_* hooks in reverse order, so ours runs first.
-    broker.add_middleware(_ContextMiddleware(_context), after=AsyncIO)
+    broker.add_middleware(_ContextMiddleware(_context), after=SharedAsyncIO)
     execute_limit_ms = int((settings.run_timeout_seconds + ACTOR_TIME_LIMIT_MARGIN_SECONDS) * 1000)
     schedule_max_age_s = max(settings.schedule_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
     reap_max_age_s = max(settings.reap_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import threading
 
 import dramatiq
-from dramatiq.middleware import AsyncIO
 
 from agent_engine.settings import Settings
-from agent_engine.workers.actors import Actors, declare_actors
+from agent_engine.workers.actors import Actors, SharedAsyncIO, declare_actors
 
 _lock = threading.Lock()
 _configured: tuple[Settings, dramatiq.Broker, Actors] | None = None
@@ -34,7 +33,7 @@ def configure_broker(settings: Settings) -> dramatiq.Broker:
             old_broker.close()
             _configured = None
         broker = _make_broker(settings)
-        broker.add_middleware(AsyncIO())
+        broker.add_middleware(SharedAsyncIO())
         actors = declare_actors(broker, settings)
         dramatiq.set_broker(broker)
         _configured = (settings, broker, actors)

@@ -1,10 +1,14 @@
 """`agent-engine worker`: Dramatiq worker processes running the actors.
 
-One process runs `dramatiq.Worker` in-process with the settings it was given (no environment
-round-trip). `--processes N` starts N such processes (spawned, each with its own event loop,
-engine and broker connection) and supervises them: a child that dies is replaced, SIGTERM/SIGINT
-stop them all. On a stop, runs in progress get a grace period to finish; runs still going after it
-are interrupted and journalled as failed, and anything harder (SIGKILL) is left to the reaper.
+One process runs, in-process and with the settings it was given (no environment round-trip), two
+`dramatiq.Worker`s on one event loop: one for the `runs` queue, whose threads only wait for a
+place in the in-flight set and claim (the runs themselves execute as tasks on the loop, up to
+`runs_in_flight` at once), and one with its own threads for the `ticks` queue, so the schedule
+scan and the reaper run on time however many runs are in flight. `--processes N` starts N such
+processes (spawned, each with its own event loop, engine and broker connection) and supervises
+them: a child that dies is replaced, SIGTERM/SIGINT stop them all. On a stop, runs in flight get a
+grace period to finish; runs still going after it are interrupted and journalled as failed, and
+anything harder (SIGKILL) is left to the reaper.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
@@ -24,14 +29,20 @@ import dramatiq
 
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings
-from agent_engine.workers.actors import QUEUES
+from agent_engine.workers.actors import QUEUES, RUNS_QUEUE, TICKS_QUEUE, worker_context
 from agent_engine.workers.broker import close_broker, configure_broker
 
 log = logging.getLogger(__name__)
 
+# Threads of the runs worker: how many messages are claimed at once (and wait for an in-flight
+# place when the set is full) — not how many runs execute, which is `runs_in_flight`.
 DEFAULT_THREADS = 8
+# The ticks worker's own threads: a schedule scan and a reap can run side by side.
+TICK_THREADS = 2
 # How long a stopping worker lets runs in progress finish before interrupting them.
 SHUTDOWN_GRACE_SECONDS = 20.0
+# Dramatiq joins its threads for at most this long beyond the grace (a claim in progress).
+THREAD_JOIN_MARGIN_SECONDS = 10.0
 # A crashing child is replaced, but not in a hot loop.
 RESTART_DELAY_SECONDS = 1.0
 SUPERVISE_POLL_SECONDS = 0.5
@@ -62,18 +73,40 @@ def _check_queues(queues: Iterable[str] | None) -> set[str] | None:
     return chosen
 
 
+@dataclass
+class EngineWorker:
+    """The Dramatiq workers of one process: runs (claims) and ticks, sharing one event loop."""
+
+    runs: dramatiq.Worker | None
+    ticks: dramatiq.Worker | None
+
+
 def start_worker(
     settings: Settings, *, threads: int = DEFAULT_THREADS, queues: set[str] | None = None
-) -> dramatiq.Worker:
-    """Start a worker in this process; the caller stops it with `stop_worker`. Also for tests."""
+) -> EngineWorker:
+    """Start the workers in this process; the caller stops them with `stop_worker`. Also for
+    tests."""
     broker = configure_broker(settings)
-    worker = dramatiq.Worker(broker, queues=queues, worker_threads=threads)
-    worker.start()
-    return worker
+    chosen = queues or set(QUEUES)
+    runs = ticks = None
+    if TICKS_QUEUE in chosen:
+        ticks = dramatiq.Worker(broker, queues={TICKS_QUEUE}, worker_threads=TICK_THREADS)
+        ticks.start()
+    if RUNS_QUEUE in chosen:
+        runs = dramatiq.Worker(broker, queues={RUNS_QUEUE}, worker_threads=threads)
+        runs.start()
+    return EngineWorker(runs=runs, ticks=ticks)
 
 
-def stop_worker(worker: dramatiq.Worker, *, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
-    worker.stop(timeout=int(grace_seconds * 1000))
+def stop_worker(worker: EngineWorker, *, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
+    """Stop taking messages, give runs in flight `grace_seconds`, interrupt the rest (they journal
+    `failed`), close the resources. Runs first, ticks last: the loop stops with the last one."""
+    worker_context().shutdown_grace_seconds = grace_seconds
+    for one in (worker.runs, worker.ticks):
+        if one is not None:
+            # The threads only claim (quick) once the in-flight set stops admitting; the grace is
+            # spent on the runs in flight, in the last worker's shutdown.
+            one.stop(timeout=int((grace_seconds + THREAD_JOIN_MARGIN_SECONDS) * 1000))
 
 
 def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
@@ -81,7 +114,12 @@ def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
     stop = threading.Event()
     _on_stop_signals(stop)
     worker = start_worker(settings, threads=threads, queues=queues)
-    log.info("worker started: %d threads, queues %s", threads, sorted(queues or QUEUES))
+    log.info(
+        "worker started: up to %d runs in flight, %d claiming threads, queues %s",
+        settings.runs_in_flight,
+        threads,
+        sorted(queues or QUEUES),
+    )
     try:
         stop.wait()
     finally:

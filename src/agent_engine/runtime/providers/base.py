@@ -37,6 +37,9 @@ class ModelRequest:
     # The owner's prompt layer, for providers that need it outside the composed system prompt
     # (the builtin model searches for it). Real LLMs read the messages.
     owner_prompt: str = ""
+    # The run's wall-clock deadline (event-loop time, `loop.time()`): waiting out a rate limit
+    # beyond it is pointless. None = the provider's own patience.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)

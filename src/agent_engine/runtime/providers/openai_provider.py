@@ -9,16 +9,28 @@ auth, error mapping and `ChatCompletion` parsing, without `create`'s per-call re
 of the messages and tool schemas against the SDK's TypedDicts (a third of the SDK's CPU per call
 against a fast server). That transform only renames aliased fields and formats dates/files, and
 the plain text messages and function tools built here have neither.
+
+Retries are ours, not the SDK's (its client is made with `max_retries=0`): a `429` or `503` (rate
+limit, overload) is waited out — `Retry-After` when the provider sends one, else exponential
+backoff with jitter — for as long as the run's wall clock allows (`ModelRequest.deadline`), since
+the SDK's two quick retries end a run in the middle of a Monday-morning burst. Other transient
+failures (connection, timeout, 408/409/5xx) get `MAX_RETRIES` more attempts; `400`/`401`/`404`…
+fail at once with the provider's message. Only answered calls report usage, so only they count.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import random
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import openai
 from openai.types.chat import ChatCompletion
 
+from agent_engine.runtime.providers.backoff import backoff_seconds, retry_after_seconds
 from agent_engine.runtime.providers.base import (
     ModelReply,
     ModelRequest,
@@ -27,7 +39,15 @@ from agent_engine.runtime.providers.base import (
     estimate_tokens,
 )
 
+log = logging.getLogger(__name__)
+
+# Retries of transient failures other than rate limits (what the SDK did by itself before).
 MAX_RETRIES = 2
+# Waited out for as long as the run's wall clock allows.
+RATE_LIMIT_STATUSES = frozenset({429, 503})
+TRANSIENT_STATUSES = frozenset({408, 409, 500, 502, 504})
+# Without a deadline from the run (a direct caller), rate limits are waited out this long.
+DEFAULT_RATE_LIMIT_PATIENCE_SECONDS = 600.0
 PLACEHOLDER_API_KEY = "not-needed"
 MAX_ERROR_DETAIL_CHARS = 500
 CHAT_COMPLETIONS_PATH = "/chat/completions"
@@ -55,11 +75,12 @@ class OpenAIProvider:
         self.base_url = base_url
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
+        self._rng = random.Random()
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key_from_env(api_key_env),
             timeout=timeout_seconds,
-            max_retries=max_retries,
+            max_retries=0,
         )
 
     @property
@@ -70,34 +91,88 @@ class OpenAIProvider:
         body: dict[str, Any] = {"model": request.model, "messages": request.messages}
         if request.tools:
             body["tools"] = request.tools
-        try:
-            response = await self._client.post(
-                CHAT_COMPLETIONS_PATH,
-                body=body,
-                cast_to=ChatCompletion,
-                options=_REQUEST_OPTIONS,
-            )
-        except openai.APITimeoutError as exc:
-            raise ProviderError(
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = (
+            request.deadline
+            if request.deadline is not None
+            else started + DEFAULT_RATE_LIMIT_PATIENCE_SECONDS
+        )
+        attempt = 0  # retries so far
+        transient_retries = 0
+        while True:
+            try:
+                response = await self._client.post(
+                    CHAT_COMPLETIONS_PATH,
+                    body=body,
+                    cast_to=ChatCompletion,
+                    options=_REQUEST_OPTIONS,
+                )
+                return _reply(response, request)
+            except openai.OpenAIError as exc:
+                failure = self._failure(exc, request, attempts=attempt + 1)
+                rate_limited = (
+                    isinstance(exc, openai.APIStatusError)
+                    and exc.status_code in RATE_LIMIT_STATUSES
+                )
+                retryable = rate_limited or (
+                    _transient(exc) and transient_retries < self.max_retries
+                )
+                if not retryable:
+                    raise failure from exc
+                attempt += 1
+                transient_retries += 0 if rate_limited else 1
+                wait = _wait_seconds(exc, attempt, self._rng)
+                if loop.time() + wait >= deadline:
+                    waited = loop.time() - started
+                    raise ProviderError(
+                        f"{failure}; gave up after {attempt} attempts over {waited:.0f} s: the"
+                        f" next try ({wait:.0f} s away) would pass the run's wall-clock limit"
+                    ) from exc
+                log.info(
+                    "model %r at %s answered %s; retrying in %.1f s (attempt %d)",
+                    request.model,
+                    self._where,
+                    getattr(exc, "status_code", type(exc).__name__),
+                    wait,
+                    attempt + 1,
+                )
+                await asyncio.sleep(wait)
+
+    def _failure(
+        self, exc: openai.OpenAIError, request: ModelRequest, *, attempts: int
+    ) -> ProviderError:
+        """The journal's `error` for a failed call: what failed and where, never the key."""
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderError(
                 f"model call timed out after {self.timeout_seconds:g} s"
-                f" (model {request.model!r} at {self._where}, {self.max_retries} retries)"
-            ) from exc
-        except openai.APIStatusError as exc:
-            detail = _detail(exc)
-            raise ProviderError(
+                f" (model {request.model!r} at {self._where}, {attempts} attempts)"
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return ProviderError(
                 f"model provider returned HTTP {exc.status_code} for model {request.model!r}"
-                f" at {self._where}: {detail}"
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise ProviderError(
-                f"could not reach the model provider at {self._where}: {exc}"
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise ProviderError(f"model provider error ({self._where}): {exc}") from exc
-        return _reply(response, request)
+                f" at {self._where}: {_detail(exc)}"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return ProviderError(f"could not reach the model provider at {self._where}: {exc}")
+        return ProviderError(f"model provider error ({self._where}): {exc}")
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _transient(exc: openai.OpenAIError) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in TRANSIENT_STATUSES
+    return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
+
+
+def _wait_seconds(exc: openai.OpenAIError, attempt: int, rng: random.Random) -> float:
+    if isinstance(exc, openai.APIStatusError):
+        asked = retry_after_seconds(exc.response.headers, now=datetime.now(UTC))
+        if asked is not None:
+            return asked
+    return backoff_seconds(attempt, rng=rng)
 
 
 def _detail(exc: openai.APIStatusError) -> str:

@@ -1,0 +1,133 @@
+"""Per-model concurrency: at most `agent_models.max_concurrent_runs` runs of a model `running`.
+
+The limit is held by PostgreSQL, not by a worker: the claim of a run of a limited model locks the
+model's row (`FOR NO KEY UPDATE`, so claims of that model take turns across every worker and
+process, while agents referencing the model are not blocked), then counts the model's `running`
+runs and the `queued` runs ahead of this one. Over the limit, the run stays `queued` and its
+message is dropped — nothing polls. A slot is handed on by whoever frees it: a finishing run, a
+claim that ended a queued run without running it, the reaper (a dead worker's runs), a raised
+limit. Each sends the execute messages of the oldest queued runs of the model, as many as there
+are free slots; duplicates are harmless (the claim is a compare-and-set) and the reaper repeats
+the hand-on as a safety net.
+
+Oldest first: a run is admitted only if the runs queued before it for the same model leave it a
+slot, so a new request cannot overtake runs that have been waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agent_engine.runs.request import Enqueue, send_after_commit
+
+# A separate statement from the count: in READ COMMITTED the count must run after the lock is
+# held, with a new snapshot that sees the claims committed by the previous holder.
+_LOCK_MODEL_SQL = text(
+    "SELECT max_concurrent_runs FROM agent_models WHERE id = :model_id FOR NO KEY UPDATE"
+)
+
+# Both counts read the small partial index on unfinished runs. `ahead` stops at the limit.
+_OCCUPANCY_SQL = text(
+    "SELECT"
+    " (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running')"
+    " AS running,"
+    " (SELECT count(*) FROM (SELECT 1 FROM agent_runs"
+    "   WHERE model_id = :model_id AND state = 'queued' AND id < :run_id"
+    "   ORDER BY id LIMIT :limit) AS older) AS ahead"
+)
+
+# The oldest queued runs of the model, as many as it has free slots; none for a model without a
+# limit (its runs never wait for a slot, their own messages are on the way).
+_NEXT_WAITING_SQL = text(
+    "SELECT id FROM agent_runs"
+    " WHERE model_id = :model_id AND state = 'queued'"
+    " ORDER BY id"
+    " LIMIT GREATEST(COALESCE("
+    "   (SELECT max_concurrent_runs FROM agent_models WHERE id = :model_id)"
+    "   - (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running'),"
+    "   0), 0)"
+)
+
+# A lifted limit: every queued run of the model may start.
+_ALL_WAITING_SQL = text(
+    "SELECT id FROM agent_runs WHERE model_id = :model_id AND state = 'queued' ORDER BY id"
+)
+
+# The reaper's pass over every limited model: the oldest queued runs older than :cutoff, up to
+# each model's free slots.
+_WAITING_WITH_FREE_SLOTS_SQL = text(
+    "SELECT w.id FROM agent_models m"
+    " CROSS JOIN LATERAL (SELECT count(*) AS n FROM agent_runs r"
+    "   WHERE r.model_id = m.id AND r.state = 'running') AS busy"
+    " CROSS JOIN LATERAL (SELECT r.id FROM agent_runs r"
+    "   WHERE r.model_id = m.id AND r.state = 'queued' AND r.created_at < :cutoff"
+    "   ORDER BY r.id LIMIT GREATEST(m.max_concurrent_runs - busy.n, 0)) AS w"
+    " WHERE m.max_concurrent_runs IS NOT NULL"
+    " ORDER BY w.id"
+)
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    limit: int | None
+    running: int = 0
+    ahead: int = 0
+
+
+async def admit(
+    conn: AsyncConnection, *, model_id: int, run_id: int, limit: int | None
+) -> Admission:
+    """Inside the claim's transaction: may this run of a model with `limit` start now?
+
+    Takes the model's row lock (held to the claim's commit) when the model has a limit; a model
+    without one is admitted with no lock and no count, so its claims never wait for each other.
+    """
+    if limit is None:
+        return Admission(admitted=True, limit=None)
+    locked = (await conn.execute(_LOCK_MODEL_SQL, {"model_id": model_id})).one_or_none()
+    limit = locked.max_concurrent_runs if locked is not None else None
+    if limit is None:  # the limit was lifted (or the model removed) since the claim's read
+        return Admission(admitted=True, limit=None)
+    row = (
+        await conn.execute(_OCCUPANCY_SQL, {"model_id": model_id, "run_id": run_id, "limit": limit})
+    ).one()
+    running, ahead = int(row.running), int(row.ahead)
+    return Admission(admitted=running + ahead < limit, limit=limit, running=running, ahead=ahead)
+
+
+async def hand_on_slots(engine: AsyncEngine, model_id: int, *, enqueue: Enqueue) -> list[int]:
+    """Send the execute messages of the oldest queued runs of the model, one per free slot.
+
+    Called after something freed a slot or raised the limit; returns the runs it sent.
+    """
+    return await _send_waiting(engine, _NEXT_WAITING_SQL, model_id, enqueue)
+
+
+async def wake_after_limit_change(
+    engine: AsyncEngine, model_id: int, *, limit: int | None, enqueue: Enqueue
+) -> list[int]:
+    """The admin raised the model's limit (new slots) or lifted it (every queued run may start)."""
+    statement = _ALL_WAITING_SQL if limit is None else _NEXT_WAITING_SQL
+    return await _send_waiting(engine, statement, model_id, enqueue)
+
+
+async def _send_waiting(
+    engine: AsyncEngine, statement: TextClause, model_id: int, enqueue: Enqueue
+) -> list[int]:
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        result = await conn.execute(statement, {"model_id": model_id})
+        waiting = [int(row.id) for row in result]
+    await send_after_commit(enqueue, waiting)
+    return waiting
+
+
+async def waiting_with_free_slots(conn: AsyncConnection, *, cutoff: datetime) -> list[int]:
+    """For the reaper: runs of limited models queued since before `cutoff` that have a slot."""
+    result = await conn.execute(_WAITING_WITH_FREE_SLOTS_SQL, {"cutoff": cutoff})
+    return [int(row.id) for row in result]
