@@ -14,11 +14,20 @@ loop, so it works the same from plain sync code and from inside a running asynci
 Which reply a request gets: the next queued reply (`enqueue`, or `script([...])`), else the
 script function's answer (`script(fn)`, fn(request_json) -> FakeReply | str | dict), else the
 default: an instant "ok" with usage, which is what benchmarks want.
+
+For load: a reply may be slow (`delay_seconds`, or a slow default: `FakeOpenAIServer(default=
+text_reply("ok", delay_seconds=5))`), the server counts the requests in progress
+(`active_requests`, `max_active_requests`), and `hold()` keeps every reply waiting until
+`release()` — a model that answers only when the test says so. Errors carry `Retry-After`
+(`retry_after="1"`, seconds or an HTTP date) and/or `retry-after-ms`. Thousands of slow requests
+at once are fine: a waiting request is one sleeping task on the server's own event loop (uvloop
+when installed), in its own thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import socket
@@ -39,7 +48,6 @@ from starlette.routing import Route
 STARTUP_TIMEOUT_SECONDS = 10.0
 SHUTDOWN_TIMEOUT_SECONDS = 10.0
 GRACEFUL_SHUTDOWN_SECONDS = 1
-DELAY_SLICE_SECONDS = 0.02  # how often a slow reply checks whether the server is stopping
 FAKE_CREATED = 1_700_000_000  # a fixed `created` stamp: replies do not depend on the clock
 FAKE_MODEL_ID = "fake-model"
 
@@ -63,8 +71,11 @@ class FakeReply:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     include_usage: bool = True
-    # Tells the SDK how long to wait before retrying an error; keeps retry tests fast.
+    # How long the client should wait before retrying an error (`retry-after-ms`, what OpenAI
+    # sends); short by default so retry tests are fast.
     retry_after_ms: int | None = 10
+    # The standard `Retry-After` header of an error: delay-seconds ("1") or an HTTP date.
+    retry_after: str | None = None
 
 
 def text_reply(content: str, **kwargs: Any) -> FakeReply:
@@ -94,7 +105,13 @@ class FakeOpenAIServer:
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, str]] = []
         self._counter = itertools.count(1)
-        self._stopping = threading.Event()
+        self._active = 0
+        self._max_active = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Set on the server's loop only (via call_soon_threadsafe); created per start.
+        self._stopping = asyncio.Event()
+        self._released = asyncio.Event()
+        self._released.set()
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -146,6 +163,45 @@ class FakeOpenAIServer:
             return len(self._queue)
 
     @property
+    def active_requests(self) -> int:
+        """Chat-completion requests received and not yet answered (waiting or held)."""
+        with self._lock:
+            return self._active
+
+    @property
+    def max_active_requests(self) -> int:
+        """The most requests in progress at once since the start (or `reset_peak`)."""
+        with self._lock:
+            return self._max_active
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self._max_active = self._active
+
+    def hold(self) -> FakeOpenAIServer:
+        """Replies wait (after their own delay) until `release()`: requests pile up in flight."""
+        self._on_loop(self._released.clear)
+        return self
+
+    def release(self) -> FakeOpenAIServer:
+        self._on_loop(self._released.set)
+        return self
+
+    def _on_loop(self, callback: Callable[[], object]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            callback()  # not serving: nothing waits on the event
+            return
+        done = threading.Event()
+
+        def run() -> None:
+            callback()
+            done.set()
+
+        loop.call_soon_threadsafe(run)
+        done.wait(STARTUP_TIMEOUT_SECONDS)
+
+    @property
     def base_url(self) -> str:
         if self.port is None:
             raise RuntimeError("the fake server is not started")
@@ -156,7 +212,11 @@ class FakeOpenAIServer:
     def start(self) -> FakeOpenAIServer:
         if self._thread is not None:
             raise RuntimeError("the fake server is already started")
-        self._stopping.clear()
+        self._stopping = asyncio.Event()
+        released = asyncio.Event()
+        if self._released.is_set():
+            released.set()
+        self._released = released
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -171,9 +231,15 @@ class FakeOpenAIServer:
         )
         server = uvicorn.Server(config)
         self._server = server
-        self._thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name="fake-openai", daemon=True
-        )
+        loop = self._loop = _new_event_loop()
+
+        def serve() -> None:
+            try:
+                loop.run_until_complete(server.serve(sockets=[sock]))
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fake-openai", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
         while not server.started:
@@ -184,7 +250,10 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                loop.call_soon_threadsafe(self._stopping.set)
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -195,6 +264,7 @@ class FakeOpenAIServer:
         if self._socket is not None:
             self._socket.close()
         self._thread = self._server = self._socket = None
+        self._loop = None
         self.port = None
 
     def __enter__(self) -> FakeOpenAIServer:
@@ -257,30 +327,53 @@ class FakeOpenAIServer:
             number = next(self._counter)
             queued = self._queue.popleft() if self._queue else None
             script = self._script
-        if body.get("stream"):
-            return _error(400, "FakeOpenAIServer does not stream", "invalid_request_error")
-        result: ScriptResult = (
-            queued if queued is not None else script(body) if script else self.default
-        )
-        if isinstance(result, dict):
-            return JSONResponse(result)
-        reply = FakeReply(content=result) if isinstance(result, str) else result
-        await self._sleep(reply.delay_seconds)
-        if reply.status >= 400:
-            headers = {}
-            if reply.retry_after_ms is not None:
-                headers["retry-after-ms"] = str(reply.retry_after_ms)
-            kind = "server_error" if reply.status >= 500 else "invalid_request_error"
-            return _error(reply.status, reply.error_message, kind, headers)
-        return JSONResponse(_completion(body, reply, number), status_code=reply.status)
+            self._active += 1
+            self._max_active = max(self._max_active, self._active)
+        try:
+            if body.get("stream"):
+                return _error(400, "FakeOpenAIServer does not stream", "invalid_request_error")
+            result: ScriptResult = (
+                queued if queued is not None else script(body) if script else self.default
+            )
+            if isinstance(result, dict):
+                return JSONResponse(result)
+            reply = FakeReply(content=result) if isinstance(result, str) else result
+            await self._wait(reply.delay_seconds)
+            if reply.status >= 400:
+                headers = {}
+                if reply.retry_after_ms is not None:
+                    headers["retry-after-ms"] = str(reply.retry_after_ms)
+                if reply.retry_after is not None:
+                    headers["retry-after"] = reply.retry_after
+                kind = "server_error" if reply.status >= 500 else "invalid_request_error"
+                return _error(reply.status, reply.error_message, kind, headers)
+            return JSONResponse(_completion(body, reply, number), status_code=reply.status)
+        finally:
+            with self._lock:
+                self._active -= 1
 
-    async def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            await asyncio.sleep(min(remaining, DELAY_SLICE_SECONDS))
+    async def _wait(self, seconds: float) -> None:
+        """The reply's delay, then while held; both end early when the server stops."""
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            if seconds > 0:
+                await asyncio.wait({stopping}, timeout=seconds)
+            if not self._released.is_set() and not stopping.done():
+                released = asyncio.ensure_future(self._released.wait())
+                await asyncio.wait({stopping, released}, return_when=asyncio.FIRST_COMPLETED)
+                released.cancel()
+        finally:
+            stopping.cancel()
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (uvicorn[standard] brings it): thousands of slow requests at once."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
 
 
 def _error(

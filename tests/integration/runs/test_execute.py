@@ -147,17 +147,50 @@ async def test_late_finish_after_the_reaper_changes_nothing(
     agent = await fake_agent()
     run_id = await queued_run(engine, agent["id"])
     fake_openai.enqueue(text_reply("Too late.", delay_seconds=1.5))
-    execution = asyncio.create_task(execute_run(engine, runtime, run_id, heartbeat_interval=BEAT))
+    execution = asyncio.create_task(
+        execute_run(engine, runtime, run_id, heartbeat_interval=timedelta(minutes=1))
+    )
     await eventually(lambda: _state_is(engine, run_id, "running"), what="the run to start")
 
-    # The reaper's clock says the worker has been silent for too long.
-    reaped = await reap_stale_runs(engine, now=now() + timedelta(minutes=5), enqueue=lambda _: None)
+    # The worker looks silent for five minutes (its last beat is that old on the database clock).
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE agent_runs SET heartbeat_at = now() - interval '5 minutes' WHERE id = :r"),
+            {"r": run_id},
+        )
+    reaped = await reap_stale_runs(engine, now=now(), enqueue=lambda _: None)
     result = await asyncio.wait_for(execution, timeout=5)
 
     assert reaped.failed_running == [run_id]
     assert result is None
     row = await run_row(engine, run_id)
     assert (row["state"], row["reason"], row["output"]) == ("failed", "stale", None)
+
+
+async def test_a_worker_whose_clock_is_behind_does_not_get_its_live_run_reaped(
+    engine: AsyncEngine, runtime: Runtime, fake_openai: FakeOpenAIServer, fake_agent: FakeAgent
+) -> None:
+    agent = await fake_agent()
+    run_id = await queued_run(engine, agent["id"])
+    fake_openai.enqueue(text_reply("Still here.", delay_seconds=1.5))
+    ten_minutes_behind = lambda: now() - timedelta(minutes=10)  # noqa: E731
+    execution = asyncio.create_task(
+        execute_run(engine, runtime, run_id, now_fn=ten_minutes_behind, heartbeat_interval=BEAT)
+    )
+    await eventually(lambda: _state_is(engine, run_id, "running"), what="the run to start")
+
+    reaped: list[int] = []
+    while not execution.done():  # a reaper with a short STALE_AFTER, again and again
+        result = await reap_stale_runs(
+            engine, now=now(), stale_after=timedelta(seconds=1), enqueue=lambda _: None
+        )
+        reaped += result.failed_running
+        await asyncio.sleep(0.1)
+
+    assert reaped == []
+    assert await execution is RunState.SUCCEEDED
+    row = await run_row(engine, run_id)
+    assert (row["state"], row["output"]) == ("succeeded", "Still here.")
 
 
 async def test_provider_error_fails_the_run(

@@ -12,7 +12,6 @@ from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.runs.request import request_run
 from tests.support.factories import Factories
 
-NOW = datetime(2025, 3, 12, 10, 0, tzinfo=UTC)
 STALE = timedelta(seconds=90)
 RESEND = timedelta(seconds=60)
 FAIL = timedelta(hours=1)
@@ -31,6 +30,8 @@ async def state_of(engine: AsyncEngine, run_id: int) -> tuple[str, str | None]:
 async def test_reaper_sorts_unfinished_runs_by_silence_and_age(
     engine: AsyncEngine, factories: Factories
 ) -> None:
+    # Silence is measured on the database's clock: this machine's (tests share it).
+    NOW = datetime.now(UTC)
     async def run(**values: object) -> int:
         agent = await factories.agent()
         return int((await factories.run(agent["id"], **values))["id"])
@@ -74,6 +75,7 @@ async def test_reaper_sorts_unfinished_runs_by_silence_and_age(
 
 
 async def test_reaped_run_releases_the_agent(engine: AsyncEngine, factories: Factories) -> None:
+    NOW = datetime.now(UTC)
     agent = await factories.agent()
     stuck = await factories.run(
         agent["id"],
@@ -97,6 +99,6 @@ async def test_reaped_run_releases_the_agent(engine: AsyncEngine, factories: Fac
         reaped = (
             await conn.execute(text("SELECT * FROM agent_runs WHERE id = :r"), {"r": stuck["id"]})
         ).one()
-    assert reaped.finished_at == NOW
+    assert reaped.finished_at >= NOW - timedelta(seconds=1)  # the database's now()
     assert reaped.tokens_used == 42  # spent before the worker died: still counts
     assert "heartbeat" in reaped.error
