@@ -123,8 +123,10 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def worker(self, threads: int = 4) -> Proc:
-        return self._start("worker", "worker", "--threads", str(threads))
+    def worker(self, threads: int | None = 4, *options: str) -> Proc:
+        """`agent-engine worker`; `threads=None` leaves the default, `options` are passed on."""
+        thread_options = ("--threads", str(threads)) if threads is not None else ()
+        return self._start("worker", "worker", *thread_options, *options)
 
     def clock(self) -> Proc:
         return self._start("clock", "clock")

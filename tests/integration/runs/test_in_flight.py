@@ -98,7 +98,9 @@ async def test_a_stopping_worker_interrupts_its_runs_and_gives_back_what_it_did_
     fake_openai.release()
     again = start_worker(settings, threads=2)
     try:
-        await eventually(lambda: _all_in(engine, unclaimed, "succeeded"), what="the given-back runs")
+        await eventually(
+            lambda: _all_in(engine, unclaimed, "succeeded"), what="the given-back runs"
+        )
     finally:
         stop_worker(again, grace_seconds=5)
 

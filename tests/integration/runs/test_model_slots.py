@@ -43,9 +43,7 @@ async def limited_model(factories: Factories, fake: FakeOpenAIServer, limit: int
 
 
 async def request(engine: AsyncEngine, agent_id: int, enqueue: Any = enqueue_execute) -> int:
-    row = await request_run(
-        engine, agent_id, trigger=RunTrigger.MANUAL, now=now(), enqueue=enqueue
-    )
+    row = await request_run(engine, agent_id, trigger=RunTrigger.MANUAL, now=now(), enqueue=enqueue)
     assert row["state"] == "queued"
     return int(row["id"])
 

@@ -32,6 +32,7 @@ async def test_reaper_sorts_unfinished_runs_by_silence_and_age(
 ) -> None:
     # Silence is measured on the database's clock: this machine's (tests share it).
     NOW = datetime.now(UTC)
+
     async def run(**values: object) -> int:
         agent = await factories.agent()
         return int((await factories.run(agent["id"], **values))["id"])
