@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
+import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -272,3 +274,75 @@ async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Facto
         "remainingTokens": None,
         "exceeded": False,
     }
+
+
+async def test_model_concurrency_limit_is_validated_kept_and_lifted(
+    api: Api, factories: Factories
+) -> None:
+    admin = api.token(ADMIN, admin=True)
+    upsert = """mutation($input: AgentModelInput!) { upsertAgentModel(input: $input) {
+        id maxConcurrentRuns } }"""
+    base = {"name": "GPT", "provider": "openai", "model": "gpt-4o-mini"}
+    created = (await api.data(upsert, {"input": base}, admin))["upsertAgentModel"]
+    assert created["maxConcurrentRuns"] is None  # absent on create: no limit
+    model_id = created["id"]
+    limited = await api.data(
+        upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": 3}}, admin
+    )
+    assert limited["upsertAgentModel"]["maxConcurrentRuns"] == 3
+
+    for bad in (0, -1, 10_001):
+        refused = await api.gql(
+            upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": bad}}, admin
+        )
+        assert codes(refused) == ["BAD_USER_INPUT"], bad
+        assert error(refused)["extensions"]["field"] == "input.maxConcurrentRuns"
+    kept = await api.data(upsert, {"input": {**base, "id": model_id, "name": "GPT 2"}}, admin)
+    assert kept["upsertAgentModel"]["maxConcurrentRuns"] == 3  # absent: unchanged
+    lifted = await api.data(
+        upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": None}}, admin
+    )
+    assert lifted["upsertAgentModel"]["maxConcurrentRuns"] is None
+    highest = await api.data(
+        upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": 10_000}}, admin
+    )
+    assert highest["upsertAgentModel"]["maxConcurrentRuns"] == 10_000
+    listed = (await api.data("{ agentModels { id maxConcurrentRuns } }", None, admin))[
+        "agentModels"
+    ]
+    assert {"id": model_id, "maxConcurrentRuns": 10_000} in listed
+
+
+async def test_raising_a_models_limit_sends_the_runs_waiting_for_its_slots(
+    api: Api, factories: Factories
+) -> None:
+    admin = api.token(ADMIN, admin=True)
+    model = await factories.model(provider="openai", model="m", max_concurrent_runs=1)
+
+    async def run(state: str) -> int:
+        agent = await factories.agent(model_id=model["id"])
+        return int((await factories.run(agent["id"], state=state, model_id=model["id"]))["id"])
+
+    await run("running")
+    waiting = [await run("queued") for _ in range(3)]
+    broker = redis.Redis.from_url(api.settings.redis_url or "")
+    try:
+        broker.flushdb()
+        await api.data(
+            """mutation($input: AgentModelInput!) { upsertAgentModel(input: $input) { id } }""",
+            {
+                "input": {
+                    "id": str(model["id"]),
+                    "name": "m",
+                    "provider": "openai",
+                    "model": "m",
+                    "maxConcurrentRuns": 3,
+                }
+            },
+            admin,
+        )
+        sent = [json.loads(body)["args"][0] for body in broker.hvals("dramatiq:runs.msgs")]
+    finally:
+        broker.close()
+    # Two new slots (three, one taken): the two oldest waiting runs get their messages.
+    assert sorted(sent) == waiting[:2]

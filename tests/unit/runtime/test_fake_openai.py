@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -88,3 +89,39 @@ def test_raw_json_replies_and_bad_requests() -> None:
         bad = httpx.post(f"{server.base_url}/chat/completions", content=b"not json")
         assert bad.status_code == 400
         assert httpx.get(f"{server.base_url}/models").json()["data"][0]["id"] == "fake-model"
+
+
+async def test_held_replies_pile_up_in_flight_until_released() -> None:
+    async with FakeOpenAIServer(default=FakeReply(content="ok", delay_seconds=0.05)) as server:
+        server.hold()
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            calls = [
+                asyncio.create_task(
+                    client.post("/chat/completions", json={"model": "m", "messages": MESSAGES})
+                )
+                for _ in range(50)
+            ]
+            while server.active_requests < 50:
+                await asyncio.sleep(0.01)
+            assert not any(call.done() for call in calls)
+            server.release()
+            replies = await asyncio.gather(*calls)
+        assert {r.json()["choices"][0]["message"]["content"] for r in replies} == {"ok"}
+        assert (server.active_requests, server.max_active_requests) == (0, 50)
+        server.reset_peak()
+        assert server.max_active_requests == 0
+
+
+def test_errors_carry_retry_after_in_seconds_or_as_a_date() -> None:
+    with FakeOpenAIServer() as server:
+        server.enqueue(
+            error_reply(429, "slow down", retry_after="1", retry_after_ms=None),
+            error_reply(503, "busy", retry_after="Wed, 21 Oct 2026 07:28:00 GMT"),
+        )
+        first = httpx.post(f"{server.base_url}/chat/completions", json={})
+        second = httpx.post(f"{server.base_url}/chat/completions", json={})
+    assert (first.status_code, first.headers["retry-after"]) == (429, "1")
+    assert "retry-after-ms" not in first.headers
+    assert first.json()["error"]["message"] == "slow down"
+    assert second.headers["retry-after"] == "Wed, 21 Oct 2026 07:28:00 GMT"
+    assert second.headers["retry-after-ms"] == "10"
