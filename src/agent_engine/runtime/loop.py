@@ -94,13 +94,17 @@ class Runtime:
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS,
         tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
+        model_concurrency: int = 1,
     ) -> None:
+        """`model_concurrency`: how many model calls this runtime may have in flight at once
+        (a worker's in-flight limit); providers size their connection pools by it."""
         self._engine = engine
         self._knowledge: KnowledgeStore = knowledge or PostgresKnowledgeStore(engine)
         self._model_timeout_seconds = model_timeout_seconds
         self._max_output_chars = max_output_chars
         self._max_tool_result_chars = max_tool_result_chars
         self._tool_timeout_seconds = tool_timeout_seconds
+        self._model_concurrency = model_concurrency
         # (base_url, api_key_env) -> (api key it was made with, provider)
         self._openai: dict[tuple[str | None, str | None], tuple[str, OpenAIProvider]] = {}
         self._retired: list[OpenAIProvider] = []
@@ -242,6 +246,7 @@ class Runtime:
             base_url=model.base_url,
             api_key_env=model.api_key_env,
             timeout_seconds=self._model_timeout_seconds,
+            concurrency=self._model_concurrency,
         )
         self._openai[key] = (api_key, provider)
         return provider

@@ -82,6 +82,7 @@ class WorkerContext:
                 self.engine,
                 model_timeout_seconds=self.settings.model_timeout_seconds,
                 tool_timeout_seconds=self.settings.tool_timeout_seconds,
+                model_concurrency=self.settings.runs_in_flight,
             )
         return self._runtime
 

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 DEFAULT_THREADS = 8
 # The ticks worker's own threads: a schedule scan and a reap can run side by side.
 TICK_THREADS = 2
+# Dramatiq's consumer backs off up to this long when it holds its full prefetch (claims in
+# progress): the runs worker's messages are short (a claim), so it looks again soon. (Dramatiq's
+# default, 1 s, left the claiming threads idle between fetches during a burst.)
+RUNS_WORKER_TIMEOUT_MS = 100
 # How long a stopping worker lets runs in progress finish before interrupting them.
 SHUTDOWN_GRACE_SECONDS = 20.0
 # Dramatiq joins its threads for at most this long beyond the grace (a claim in progress).
@@ -93,7 +97,12 @@ def start_worker(
         ticks = dramatiq.Worker(broker, queues={TICKS_QUEUE}, worker_threads=TICK_THREADS)
         ticks.start()
     if RUNS_QUEUE in chosen:
-        runs = dramatiq.Worker(broker, queues={RUNS_QUEUE}, worker_threads=threads)
+        runs = dramatiq.Worker(
+            broker,
+            queues={RUNS_QUEUE},
+            worker_threads=threads,
+            worker_timeout=RUNS_WORKER_TIMEOUT_MS,
+        )
         runs.start()
     return EngineWorker(runs=runs, ticks=ticks)
 

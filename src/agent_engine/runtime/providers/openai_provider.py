@@ -21,12 +21,15 @@ fail at once with the provider's message. Only answered calls report usage, so o
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import math
 import os
 import random
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import httpx2  # the SDK's HTTP client (its dependency)
 import openai
 from openai.types.chat import ChatCompletion
 
@@ -48,6 +51,11 @@ RATE_LIMIT_STATUSES = frozenset({429, 503})
 TRANSIENT_STATUSES = frozenset({408, 409, 500, 502, 504})
 # Without a deadline from the run (a direct caller), rate limits are waited out this long.
 DEFAULT_RATE_LIMIT_PATIENCE_SECONDS = 600.0
+# The SDK's HTTP connection pool (httpcore) walks all its connections on every request event, so
+# with hundreds of calls in flight that walk was the worker's largest CPU cost: calls are spread
+# round-robin over several clients (one per endpoint and key otherwise), each holding about this
+# many connections.
+CONNECTIONS_PER_CLIENT = 50
 PLACEHOLDER_API_KEY = "not-needed"
 MAX_ERROR_DETAIL_CHARS = 500
 CHAT_COMPLETIONS_PATH = "/chat/completions"
@@ -71,17 +79,28 @@ class OpenAIProvider:
         api_key_env: str | None,
         timeout_seconds: float,
         max_retries: int = MAX_RETRIES,
+        concurrency: int = 1,
     ) -> None:
+        """`concurrency`: how many calls may be in flight at once (the worker's in-flight
+        limit); it sizes the set of clients the calls are spread over."""
         self.base_url = base_url
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
         self._rng = random.Random()
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key_from_env(api_key_env),
-            timeout=timeout_seconds,
-            max_retries=0,
-        )
+        clients = max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
+        # One TLS context for all of them: loading the CA store costs ~0.2 s of CPU and a few MiB.
+        tls = httpx2.create_ssl_context()
+        self._clients = [
+            openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key_from_env(api_key_env),
+                timeout=timeout_seconds,
+                max_retries=0,
+                http_client=openai.DefaultAsyncHttpxClient(verify=tls),
+            )
+            for _ in range(clients)
+        ]
+        self._next_client = itertools.cycle(self._clients)
 
     @property
     def _where(self) -> str:
@@ -100,9 +119,10 @@ class OpenAIProvider:
         )
         attempt = 0  # retries so far
         transient_retries = 0
+        client = next(self._next_client)
         while True:
             try:
-                response = await self._client.post(
+                response = await client.post(
                     CHAT_COMPLETIONS_PATH,
                     body=body,
                     cast_to=ChatCompletion,
@@ -158,7 +178,8 @@ class OpenAIProvider:
         return ProviderError(f"model provider error ({self._where}): {exc}")
 
     async def aclose(self) -> None:
-        await self._client.close()
+        for client in self._clients:
+            await client.close()
 
 
 def _transient(exc: openai.OpenAIError) -> bool:
