@@ -172,6 +172,14 @@ class Agent(Base):
             "next_run_at",
             postgresql_where=text("next_run_at IS NOT NULL"),
         ),
+        # A hidden (deleted) agent is switched off: the gate stays closed, it never runs again.
+        CheckConstraint("deleted_at IS NULL OR NOT enabled", name="hidden_is_switched_off"),
+        # The purge of hidden agents reads only them.
+        Index(
+            "ix_agents_deleted_at",
+            "deleted_at",
+            postgresql_where=text("deleted_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -195,6 +203,8 @@ class Agent(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+    # Set by deleteAgent while the agent's runs still count in a budget week (e0003).
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentRun(Base):
@@ -250,6 +260,8 @@ class AgentRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()
+    # When the reaper last re-sent the execute message (NULL: only the first send) (e0003).
+    last_sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentTool(Base):

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import load_platform_settings
@@ -34,6 +35,7 @@ Enqueue = Callable[[int], None]
 # Redis and RabbitMQ brokers of Dramatiq are thread-safe for sending). Small sends use one thread.
 SEND_THREADS = 4
 SEND_MESSAGES_PER_THREAD_MIN = 16
+_FOREIGN_KEY_VIOLATION = "23503"
 
 
 class AgentNotFound(Exception):
@@ -51,9 +53,12 @@ class AgentNotStartable(Exception):
         self.lock = lock
 
 
+# FOR SHARE holds the agent from the gate check to the journal insert: a concurrent deleteAgent
+# (FOR UPDATE) waits for this start, or this start waits for it and then finds no live agent.
+# (The scheduler's claim skips a locked agent; a definition write waits a moment.)
 _AGENT_GATE_SQL = text(
     "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
-    " FROM agents WHERE id = :agent_id"
+    " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR SHARE"
 )
 
 
@@ -66,24 +71,31 @@ async def request_run(
     enqueue: Enqueue,
 ) -> dict[str, Any]:
     """Request one run; returns the inserted `agent_runs` row (queued or skipped)."""
-    async with engine.begin() as conn:
-        agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
-        if agent is None:
-            raise AgentNotFound(agent_id)
-        lock = closed_lock(
-            enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
-        )
-        if lock is not None:
-            raise AgentNotStartable(agent_id, lock)
-        platform = await load_platform_settings(conn)
-        spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
-        rows = await insert_requested_runs(
-            conn,
-            [agent_id],
-            trigger=trigger,
-            now=now,
-            budget_spent=[agent_id] if spent else [],
-        )
+    try:
+        async with engine.begin() as conn:
+            agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
+            if agent is None:
+                raise AgentNotFound(agent_id)
+            lock = closed_lock(
+                enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
+            )
+            if lock is not None:
+                raise AgentNotStartable(agent_id, lock)
+            platform = await load_platform_settings(conn)
+            spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
+            rows = await insert_requested_runs(
+                conn,
+                [agent_id],
+                trigger=trigger,
+                now=now,
+                budget_spent=[agent_id] if spent else [],
+            )
+    except IntegrityError as exc:
+        # The share lock prevents it; should the agent still vanish under the insert (the FK
+        # refuses the run), the answer is the same as for a start just after the delete.
+        if _FOREIGN_KEY_VIOLATION in str(getattr(exc.orig, "sqlstate", "")):
+            raise AgentNotFound(agent_id) from exc
+        raise
     row = rows[agent_id]
     if row["state"] == RunState.QUEUED:
         await send_after_commit(enqueue, [int(row["id"])])

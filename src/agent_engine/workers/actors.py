@@ -68,7 +68,9 @@ class WorkerContext:
     def runtime(self) -> Runtime:
         if self._runtime is None:
             self._runtime = Runtime(
-                self.engine, model_timeout_seconds=self.settings.model_timeout_seconds
+                self.engine,
+                model_timeout_seconds=self.settings.model_timeout_seconds,
+                tool_timeout_seconds=self.settings.tool_timeout_seconds,
             )
         return self._runtime
 
@@ -150,12 +152,13 @@ async def reap_stale_runs() -> None:
         fail_after=timedelta(seconds=settings.queued_fail_after_seconds),
         enqueue=enqueue_execute,
     )
-    if result.failed_running or result.failed_queued or result.resent:
+    if result.failed_running or result.failed_queued or result.resent or result.purged_agents:
         log.info(
-            "reaper: failed %d stale running, %d stale queued; re-sent %d",
+            "reaper: failed %d stale running, %d stale queued; re-sent %d; purged %d agents",
             len(result.failed_running),
             len(result.failed_queued),
             len(result.resent),
+            len(result.purged_agents),
         )
 
 
