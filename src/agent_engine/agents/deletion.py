@@ -59,7 +59,7 @@ _PURGE = text(
 async def delete_agent(conn: AsyncConnection, agent_id: int, *, now: datetime) -> bool:
     """Delete or hide the agent; True when the row was deleted, False when it is hidden.
 
-    The row lock orders this after (or before) a concurrent manual start, which holds a share
+    The row lock orders this after (or before) a concurrent manual start, which holds a key-share
     lock on the agent from its gate check to its journal insert.
     """
     if (await conn.execute(_LOCK_LIVE_AGENT, {"id": agent_id})).first() is None:

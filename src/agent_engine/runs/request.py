@@ -53,12 +53,13 @@ class AgentNotStartable(Exception):
         self.lock = lock
 
 
-# FOR SHARE holds the agent from the gate check to the journal insert: a concurrent deleteAgent
-# (FOR UPDATE) waits for this start, or this start waits for it and then finds no live agent.
-# (The scheduler's claim skips a locked agent; a definition write waits a moment.)
+# KEY SHARE (the lock the run's FK check takes anyway, now from the gate check on) holds the agent
+# until the journal insert commits: a concurrent deleteAgent (FOR UPDATE) waits for this start,
+# or this start waits for it and then finds no live agent. The scheduler's claim (NO KEY UPDATE)
+# is not blocked by it.
 _AGENT_GATE_SQL = text(
     "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
-    " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR SHARE"
+    " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE"
 )
 
 
