@@ -188,6 +188,10 @@ class _Estimate:
                 value = self.variable(given.value.name.value)
         if value is Undefined or value is None:
             value = argument.default_value
+            # A schema built from SDL keeps the default as a literal only.
+            literal = argument.ast_node.default_value if argument.ast_node else None
+            if value is Undefined and isinstance(literal, IntValueNode):
+                value = int(literal.value)
         if not isinstance(value, int) or isinstance(value, bool):
             return self.model.max_page_size
         return max(0, min(value, self.model.max_page_size))
