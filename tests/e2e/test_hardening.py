@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -611,21 +613,24 @@ def _silent_server() -> Iterator[int]:
         listener.close()
 
 
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
 async def test_a_broker_that_never_answers_does_not_hang_start_run(
     engine: AsyncEngine,
     factories: Factories,
     stack: Stack,  # noqa: F811
+    scheme: str,
 ) -> None:
     owner = (await factories.user())["id"]
     agent = await factories.agent(user_id=owner)
     with _silent_server() as port:
-        stack.settings = stack.settings.model_copy(
-            update={"redis_url": f"redis://127.0.0.1:{port}/0", "broker_timeout_seconds": 1.0}
-        )
+        url = f"{scheme}://127.0.0.1:{port}" + ("/0" if scheme == "redis" else "/")
+        broker = {"redis_url": url} if scheme == "redis" else {"broker_url": url}
+        stack.settings = stack.settings.model_copy(update={**broker, "broker_timeout_seconds": 1.0})
         api = await stack.api()
-        client = Client(api.url or "", token(stack.settings, owner))
+        # A liveness bound ten times the broker timeout (and below the client libraries' own
+        # defaults, 5 s per Redis attempt and 15 s per AMQP one): a hung start fails here.
+        client = Client(api.url or "", token(stack.settings, owner), httpx.AsyncClient(timeout=10))
         try:
-            # The client would wait far longer than the broker timeout; a hang fails here.
             started = (await client.data(START, {"a": str(agent["id"])}))["startRun"]
         finally:
             await client.aclose()

@@ -343,6 +343,7 @@ class Mutation:
                 trigger=RunTrigger.MANUAL,
                 now=info.context.now,
                 enqueue=info.context.enqueue,
+                send_wait_seconds=info.context.settings.broker_timeout_seconds,
             )
         except run_request.AgentNotFound as exc:
             raise NotFound("agent", ident) from exc

@@ -70,8 +70,14 @@ async def request_run(
     trigger: RunTrigger,
     now: datetime,
     enqueue: Enqueue,
+    send_wait_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Request one run; returns the inserted `agent_runs` row (queued or skipped)."""
+    """Request one run; returns the inserted `agent_runs` row (queued or skipped).
+
+    `send_wait_seconds` bounds how long the caller waits for the broker to take the execute
+    message: a broker that hangs must not hang the request. The send goes on in its thread; the
+    run is journaled `queued` either way, and the reaper re-sends a message that never arrived.
+    """
     try:
         async with engine.begin() as conn:
             agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
@@ -99,8 +105,22 @@ async def request_run(
         raise
     row = rows[agent_id]
     if row["state"] == RunState.QUEUED:
-        await send_after_commit(enqueue, [int(row["id"])])
+        sending = asyncio.ensure_future(send_after_commit(enqueue, [int(row["id"])]))
+        _sends_in_flight.add(sending)
+        sending.add_done_callback(_sends_in_flight.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(sending), send_wait_seconds)
+        except TimeoutError:
+            log.warning(
+                "the broker did not take run %s's message within %g s; the reaper re-sends it",
+                row["id"],
+                send_wait_seconds,
+            )
     return row
+
+
+# Sends a request stopped waiting for, kept referenced until they end (they log their outcome).
+_sends_in_flight: set[asyncio.Future[None]] = set()
 
 
 async def send_after_commit(enqueue: Enqueue, run_ids: Iterable[int]) -> None:
