@@ -180,7 +180,12 @@ async def _change_tools(
 
 @strawberry.type
 class Mutation:
-    @strawberry.mutation
+    @described_mutation(
+        description=(
+            "Creates an agent owned by the viewer. At most AGENT_ENGINE_MAX_AGENTS_PER_OWNER "
+            "agents per owner (BAD_USER_INPUT on input beyond it)."
+        )
+    )
     async def create_agent(self, info: Info, input: CreateAgentInput) -> Agent:
         viewer = info.context.require_viewer()
         draft = definitions.AgentDraft(
@@ -216,7 +221,7 @@ class Mutation:
                 raise BadUserInput("input.toolIds", str(exc)) from exc
             return await _fresh_agent(info, conn, agent_id)
 
-    @strawberry.mutation
+    @described_mutation(description="The owner only: FORBIDDEN to an admin on another's agent.")
     async def update_agent(self, info: Info, id: strawberry.ID, input: UpdateAgentInput) -> Agent:
         info.context.require_viewer()
         agent_id = parse_id(id, "id")
@@ -304,7 +309,9 @@ class Mutation:
             ),
         )
 
-    @strawberry.mutation
+    @described_mutation(
+        description=("Adds one optional tool; it must be allowed for agents now. The owner only.")
+    )
     async def attach_tool(
         self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
     ) -> Agent:
@@ -315,7 +322,9 @@ class Mutation:
             lambda conn, ident: definitions.attach_tool(conn, ident, parse_id(tool_id, "toolId")),
         )
 
-    @strawberry.mutation
+    @described_mutation(
+        description="Removes one optional tool, also one an admin has disallowed. The owner only."
+    )
     async def detach_tool(
         self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
     ) -> Agent:
@@ -329,7 +338,9 @@ class Mutation:
     @described_mutation(
         description=(
             "Requests a manual run. Returns the journal row: QUEUED, or SKIPPED with its reason. "
-            "A closed start gate is an AGENT_NOT_STARTABLE error and writes no row."
+            "A closed start gate is an AGENT_NOT_STARTABLE error and writes no row. The owner "
+            "only: FORBIDDEN to an admin on another's agent (it reads the Knowledge Store as "
+            "its owner)."
         )
     )
     async def start_run(self, info: Info, agent_id: strawberry.ID) -> Run:
