@@ -67,7 +67,17 @@ class Settings(BaseSettings):
     max_aliases: int = Field(default=30, ge=1)
     max_query_tokens: int = Field(default=2000, ge=10)
     max_query_fields: int = Field(default=500, ge=10)
+    max_query_cost: int = Field(
+        default=50_000, ge=1, description="Static cost estimate a document may reach."
+    )
+    max_agents_per_owner: int = Field(default=200, ge=1)
     max_subscriptions_per_connection: int = Field(default=20, ge=1)
+    session_check_seconds: float = Field(
+        default=2.0, gt=0, description="How often an api process looks for deactivated users."
+    )
+    broker_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="Connect and socket timeout of broker connections."
+    )
     subscriber_queue_size: int = Field(default=256, ge=1)
 
     log_format: str = Field(default="auto", description="json | console | auto (tty → console)")

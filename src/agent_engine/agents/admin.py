@@ -11,10 +11,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.agents.definitions import first_run_at
 from agent_engine.agents.errors import Contended, Missing
+from agent_engine.agents.zones import reslot_calendar_agents_without_owner_zone
 from agent_engine.db import platform
 from agent_engine.db.platform import write_platform_setting, zone_or_utc
+
+Row = dict[str, Any]
 
 # GraphQL-side names of the platform settings → their keys in platform_settings.
 SETTING_KEYS = {
@@ -55,10 +57,13 @@ class SavedModel:
         )
 
 
-async def deactivate_owner(conn: AsyncConnection, user_id: int) -> int:
+async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> int:
     """Switch every agent of the user off and mark the user inactive; returns how many were on.
 
-    Writes the owner's own switch (`enabled`), so only the owner can turn the agents back on.
+    Writes the owner's own switch (`enabled`), so only the owner can turn the agents back on. The
+    user's open WebSocket sessions close within seconds (api.sessions sweeps for deactivations).
+    Audit seam: the audit log (issue 19) records `user.deactivated` by `actor_id` here, in this
+    transaction.
     """
     found = (
         await conn.execute(
@@ -72,6 +77,28 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int) -> int:
         {"id": user_id},
     )
     return len(switched.all())
+
+
+async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> Row:
+    """Let the user sign in again; returns the users row. Their agents stay switched off: only
+    the owner turns them back on (the seed's life cycle).
+
+    Audit seam: the audit log (issue 19) records `user.reactivated` by `actor_id` here, in this
+    transaction.
+    """
+    row = (
+        (
+            await conn.execute(
+                text("UPDATE users SET is_active = true WHERE id = :id RETURNING *"),
+                {"id": user_id},
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    if row is None:
+        raise Missing("user", user_id)
+    return dict(row)
 
 
 async def upsert_model(
@@ -167,28 +194,4 @@ async def update_platform_settings(
         await write_platform_setting(conn, SETTING_KEYS[name], value)
     new_zone = changes.get("timezone")
     if new_zone is not None and new_zone != before.timezone:
-        await _reslot_calendar_agents_without_owner_zone(conn, new_zone, now=now)
-
-
-async def _reslot_calendar_agents_without_owner_zone(
-    conn: AsyncConnection, zone_name: str, *, now: datetime
-) -> None:
-    rows = (
-        await conn.execute(
-            text(
-                "SELECT a.id, a.schedule FROM agents a JOIN users u ON u.id = a.user_id"
-                " WHERE u.timezone IS NULL AND a.next_run_at IS NOT NULL"
-                " AND a.schedule->>'type' = 'calendar'"
-                " ORDER BY a.id FOR UPDATE OF a"
-            )
-        )
-    ).all()
-    zone = zone_or_utc(zone_name)
-    updates = [
-        {"id": row.id, "next_run_at": first_run_at(row.schedule, now=now, zone=zone)}
-        for row in rows
-    ]
-    if updates:
-        await conn.execute(
-            text("UPDATE agents SET next_run_at = :next_run_at WHERE id = :id"), updates
-        )
+        await reslot_calendar_agents_without_owner_zone(conn, zone=zone_or_utc(new_zone), now=now)

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.agents.errors import Missing, ModelMissing, ToolsNotAllowed
+from agent_engine.agents.errors import Missing, ModelMissing, ToolsNotAllowed, TooManyAgents
 from agent_engine.db.platform import load_platform_settings, zone_or_utc
 from agent_engine.domain.schedule import first_slot, parse_schedule
 
@@ -59,9 +59,28 @@ def first_run_at(
     return first_slot(parsed, now=now, zone=zone)
 
 
+# Serialises the creations of one owner (a row lock on the owner, compatible with the FK checks
+# of agent inserts), so two concurrent creations cannot both pass the count.
+_LOCK_OWNER_FOR_CREATE = text("SELECT 1 FROM users WHERE id = :id FOR NO KEY UPDATE")
+_LIVE_AGENTS_OF_OWNER = text(
+    "SELECT count(*) FROM agents WHERE user_id = :id AND deleted_at IS NULL"
+)
+
+
 async def create_agent(
-    conn: AsyncConnection, owner_id: int, draft: AgentDraft, *, now: datetime
+    conn: AsyncConnection,
+    owner_id: int,
+    draft: AgentDraft,
+    *,
+    now: datetime,
+    max_agents: int | None = None,
 ) -> int:
+    """Insert the agent; refused (TooManyAgents) when the owner already has `max_agents`."""
+    if max_agents is not None:
+        await conn.execute(_LOCK_OWNER_FOR_CREATE, {"id": owner_id})
+        live = (await conn.execute(_LIVE_AGENTS_OF_OWNER, {"id": owner_id})).scalar_one()
+        if live >= max_agents:
+            raise TooManyAgents(max_agents)
     model_id = draft.model_id
     if model_id is None:
         model_id = (
@@ -113,7 +132,7 @@ async def update_agent(
         await conn.execute(
             text(
                 "SELECT a.user_id, a.schedule, a.next_run_at FROM agents a"
-                " WHERE a.id = :id FOR UPDATE"
+                " WHERE a.id = :id AND a.deleted_at IS NULL FOR UPDATE"
             ),
             {"id": agent_id},
         )
@@ -146,25 +165,12 @@ async def update_agent(
     )
 
 
-async def delete_agent(conn: AsyncConnection, agent_id: int) -> None:
-    deleted = (
-        await conn.execute(text("DELETE FROM agents WHERE id = :id RETURNING id"), {"id": agent_id})
-    ).scalar_one_or_none()
-    if deleted is None:
-        raise Missing("agent", agent_id)
-
-
 async def set_agent_tools(conn: AsyncConnection, agent_id: int, tool_ids: Sequence[int]) -> None:
-    """Replace the selection. Every tool must be allowed now; kept links need not be re-checked."""
+    """Replace the selection. Every tool given must be allowed for agents now -- also one the
+    agent already has: a selection saved after an admin disallowed a tool does not keep it (the
+    link of a disallowed tool only survives untouched, until `detach_tool` or a new selection)."""
     wanted = sorted(set(tool_ids))
-    current = set(
-        (
-            await conn.execute(
-                text("SELECT tool_id FROM agent_tools WHERE agent_id = :id"), {"id": agent_id}
-            )
-        ).scalars()
-    )
-    await _check_tools_allowed(conn, [t for t in wanted if t not in current])
+    await _check_tools_allowed(conn, wanted)
     await conn.execute(
         text(
             "DELETE FROM agent_tools WHERE agent_id = :id"

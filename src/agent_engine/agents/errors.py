@@ -21,7 +21,7 @@ class ToolsNotAllowed(DefinitionError):
 
     def __init__(self, tool_ids: list[int]) -> None:
         listed = ", ".join(str(t) for t in tool_ids)
-        super().__init__(f"tools not available to agents: {listed}")
+        super().__init__(f"tools not allowed for agents now (or unknown): {listed}")
         self.tool_ids = tool_ids
 
 
@@ -33,3 +33,11 @@ class ModelMissing(DefinitionError):
 
 class Contended(DefinitionError):
     """A concurrent write won (e.g. two admins setting a default model at once)."""
+
+
+class TooManyAgents(DefinitionError):
+    """The owner already has the most agents an owner may have."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an owner may have at most {limit} agents: delete one first")
+        self.limit = limit

@@ -52,6 +52,7 @@ from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.schema import build_schema
+from agent_engine.api.sessions import SessionHandler, SessionRegistry
 from agent_engine.db.engine import create_engine
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runtime.tools.registry import sync_tool_catalog
@@ -79,6 +80,7 @@ class State(TypedDict):
     broker: dramatiq.Broker | None
     enqueue: Enqueue
     hub: RunEventHub
+    sessions: SessionRegistry
 
 
 def _no_broker(run_id: int) -> None:
@@ -100,7 +102,7 @@ def _state(connection: Request | WebSocket) -> State:
 
 
 async def _authenticate(
-    state: State, authorization: str | None
+    state: State, authorization: str | None, *, now: datetime
 ) -> tuple[Viewer | None, ApiError | None]:
     try:
         token = bearer_token(authorization)
@@ -108,13 +110,18 @@ async def _authenticate(
             return None, None
         claims = verify_token(state["settings"], token)
         async with state["engine"].begin() as conn:
-            return await provision_user(conn, claims), None
+            return await provision_user(conn, claims, now=now), None
     except ApiError as exc:
         return None, exc
 
 
 class GraphQLView(GraphQL[Context, None]):
-    """Strawberry's ASGI view with our context, auth, GraphiQL page and JSON transport errors."""
+    """Strawberry's ASGI view with our context, auth, GraphiQL page and JSON transport errors.
+
+    WebSocket sessions are held to a request's rules for their whole life (`api/sessions.py`).
+    """
+
+    graphql_transport_ws_handler_class = SessionHandler
 
     def __init__(self, settings: Settings, clock: Callable[[], datetime]) -> None:
         super().__init__(
@@ -146,11 +153,12 @@ class GraphQLView(GraphQL[Context, None]):
             request=request,
             response=response,
             hub=state["hub"],
+            sessions=state["sessions"],
             clock=self.clock,
         )
         if isinstance(request, Request):
             context.viewer, context.auth_error = await _authenticate(
-                state, request.headers.get("authorization")
+                state, request.headers.get("authorization"), now=context.now
             )
         return context
 
@@ -161,13 +169,26 @@ class GraphQLView(GraphQL[Context, None]):
         `subscribe` before the acknowledgement with 4401), as the protocol says.
         """
         viewer, error = await _authenticate(
-            _state(context.request), _ws_authorization(context.connection_params or {})
+            _state(context.request),
+            _ws_authorization(context.connection_params or {}),
+            now=self.clock(),
         )
         if viewer is None:
             error = error or Unauthenticated()
             raise ConnectionRejectionError({"message": error.message, **error.extensions})
         context.viewer = viewer
         return cast(UnsetType, UNSET)
+
+    async def reauthenticate(self, context: Context) -> Viewer:
+        """The session's token checked again, as for a request (every WebSocket operation)."""
+        viewer, error = await _authenticate(
+            _state(context.request),
+            _ws_authorization(context.connection_params or {}),
+            now=self.clock(),
+        )
+        if viewer is None:
+            raise error or Unauthenticated()
+        return viewer
 
     async def render_graphql_ide(self, request: Request) -> Response:
         return HTMLResponse((STATIC_DIR / "graphiql.html").read_text())
@@ -346,11 +367,21 @@ def create_app(
                     await hub.wait_listening()
             except TimeoutError:
                 logger.warning("run events: not listening yet; subscriptions wait for it")
+            sessions = SessionRegistry(active, interval_seconds=settings.session_check_seconds)
+            await sessions.start()
+            # Tests and operators find the process's sessions here too.
+            app.state.sessions = sessions
             try:
                 yield State(
-                    engine=active, settings=settings, broker=broker, enqueue=enqueue, hub=hub
+                    engine=active,
+                    settings=settings,
+                    broker=broker,
+                    enqueue=enqueue,
+                    hub=hub,
+                    sessions=sessions,
                 )
             finally:
+                await sessions.stop()
                 await hub.stop()
         finally:
             if own_engine:

@@ -25,7 +25,9 @@ from jwt.warnings import InsecureKeyLengthWarning
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
+from agent_engine.db.platform import load_platform_settings, zone_or_utc
 from agent_engine.settings import Settings
 
 ADMIN_ROLE = "agent_admin"
@@ -48,6 +50,7 @@ class Claims:
     name: str | None
     timezone: str | None
     admin: bool
+    expires_at: datetime | None = None  # `exp`
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Viewer:
     email: str | None
     display_name: str | None
     timezone: str | None
+    # When the token the caller presented expires (a WebSocket session closes then).
+    expires_at: datetime | None = None
 
 
 def parse_ttl(value: str) -> timedelta:
@@ -171,12 +176,18 @@ def _claims(payload: dict[str, Any]) -> Claims:
     if isinstance(roles, str):
         roles = roles.split()
     admin = isinstance(roles, list) and ADMIN_ROLE in roles
+    exp = payload.get("exp")
     return Claims(
         user_id=user_id,
         email=_text_claim(payload, "email"),
         name=_text_claim(payload, "name"),
         timezone=_zone_claim(payload.get("zoneinfo")),
         admin=admin,
+        expires_at=(
+            datetime.fromtimestamp(exp, UTC)
+            if isinstance(exp, int | float) and not isinstance(exp, bool)
+            else None
+        ),
     )
 
 
@@ -203,10 +214,13 @@ def _zone_claim(value: object) -> str | None:
 
 
 # One statement: insert on first sight, refresh changed claims, and read the row either way. A
-# data-modifying CTE's rows are invisible to the outer SELECT's snapshot, hence the UNION.
+# data-modifying CTE's rows are invisible to the outer SELECT's snapshot, hence the UNION; for the
+# same reason `before` (and the subquery in RETURNING) still reads the zone the user had.
 _UPSERT_USER = text(
     """
-    WITH upsert AS (
+    WITH before AS (
+        SELECT timezone FROM users WHERE id = :id
+    ), upsert AS (
         INSERT INTO users (id, email, display_name, timezone)
         VALUES (:id, :email, :name, :timezone)
         ON CONFLICT (id) DO UPDATE SET
@@ -221,16 +235,22 @@ _UPSERT_USER = text(
         )
         RETURNING id, email, display_name, timezone, is_active
     )
-    SELECT id, email, display_name, timezone, is_active FROM upsert
+    SELECT id, email, display_name, timezone, is_active,
+           (SELECT timezone FROM before) AS previous_timezone,
+           EXISTS (SELECT 1 FROM before) AS existed
+    FROM upsert
     UNION ALL
-    SELECT id, email, display_name, timezone, is_active FROM users
+    SELECT id, email, display_name, timezone, is_active, timezone, true FROM users
     WHERE id = :id AND NOT EXISTS (SELECT 1 FROM upsert)
     """
 )
 
 
-async def provision_user(conn: AsyncConnection, claims: Claims) -> Viewer:
-    """Upsert the user from verified claims; refuse a deactivated one."""
+async def provision_user(conn: AsyncConnection, claims: Claims, *, now: datetime) -> Viewer:
+    """Upsert the user from verified claims; refuse a deactivated one.
+
+    A changed zone moves the user's calendar slots in the same transaction (`agents.zones`).
+    """
     row = (
         await conn.execute(
             _UPSERT_USER,
@@ -244,10 +264,17 @@ async def provision_user(conn: AsyncConnection, claims: Claims) -> Viewer:
     ).one()
     if not row.is_active:
         raise Forbidden("this account is deactivated")
+    if row.existed and row.timezone is not None and row.timezone != row.previous_timezone:
+        before = row.previous_timezone or (await load_platform_settings(conn)).timezone
+        if zone_or_utc(before) != zone_or_utc(row.timezone):
+            await reslot_owner_calendar_agents(
+                conn, int(row.id), zone=zone_or_utc(row.timezone), now=now
+            )
     return Viewer(
         user_id=int(row.id),
         is_admin=claims.admin,
         email=row.email,
         display_name=row.display_name,
         timezone=row.timezone,
+        expires_at=claims.expires_at,
     )

@@ -1,6 +1,7 @@
 """Limits that keep one client from hurting the others.
 
-Documents: depth, alias and token limits (settings), introspection for authenticated viewers only.
+Documents: depth, alias, token, field and cost limits (settings; the cost estimate is
+`api/cost.py`), introspection for authenticated viewers only.
 Transport: one operation per request (no batching), a request body size limit.
 Input: page sizes and string/JSON sizes, refused as BAD_USER_INPUT naming the field.
 """
@@ -21,6 +22,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 
+from agent_engine.api.cost import CostModel, QueryCostLimiter
 from agent_engine.api.errors import UNAUTHENTICATED, BadUserInput
 from agent_engine.settings import Settings
 
@@ -47,8 +49,18 @@ def document_guards(settings: Settings) -> list[Callable[[], SchemaExtension]]:
         partial(QueryDepthLimiter, max_depth=settings.max_query_depth),
         partial(MaxAliasesLimiter, max_alias_count=settings.max_aliases),
         partial(MaxFieldsLimiter, max_fields=settings.max_query_fields),
+        partial(QueryCostLimiter, max_cost=settings.max_query_cost, model=cost_model(settings)),
         IntrospectionForViewers,
     ]
+
+
+def cost_model(settings: Settings) -> CostModel:
+    """List sizes of the cost estimate: pages up to MAX_PAGE_SIZE, `viewer.agents` at the
+    agents-per-owner cap, other unpaginated lists at DEFAULT_LIST_CAP."""
+    return CostModel(
+        max_page_size=MAX_PAGE_SIZE,
+        list_caps={("Viewer", "agents"): settings.max_agents_per_owner},
+    )
 
 
 class MaxFieldsLimiter(SchemaExtension):

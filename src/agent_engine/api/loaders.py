@@ -39,13 +39,27 @@ _ACTIVE_RUNS = text(
     "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
     " AND state IN ('queued', 'running')"
 )
+# Hidden (deleted) agents are in no view; only the budget sum still reads them.
 _AGENTS_OF_OWNERS = text(
-    "SELECT * FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[])) ORDER BY id"
+    "SELECT * FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
+    " ORDER BY id"
 )
 _TOOLS_OF_AGENTS = text(
     "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
     " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
 )
+
+
+# A journal page per agent: every `Agent.runs` of a request with the same arguments in one
+# statement (an index probe per agent on ix_agent_runs_journal), not one statement per agent.
+_RUN_PAGES = (
+    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
+    " CROSS JOIN LATERAL (SELECT * FROM agent_runs WHERE agent_id = a.id{filters}"
+    "   ORDER BY id DESC LIMIT :limit) AS r"
+)
+
+# (agent id, rows to fetch, keyset cursor, states filter)
+RunPageKey = tuple[int, int, int | None, tuple[str, ...] | None]
 
 
 # Long enough to bridge the event-loop turns between one level of resolvers and the next.
@@ -56,7 +70,9 @@ def _by_id(table: str) -> TextClause:
     return text(f"SELECT * FROM {table} WHERE id = ANY(CAST(:ids AS bigint[]))")
 
 
-_AGENTS_BY_ID = _by_id("agents")
+_AGENTS_BY_ID = text(
+    "SELECT * FROM agents WHERE id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
+)
 _USERS_BY_ID = _by_id("users")
 _MODELS_BY_ID = _by_id("agent_models")
 _RUNS_BY_ID = _by_id("agent_runs")
@@ -87,6 +103,7 @@ class Loaders:
         self.agents_of_owner: DataLoader[int, list[Row]] = DataLoader(
             load_fn=self._load_agents_of_owners
         )
+        self.run_page: DataLoader[RunPageKey, list[Row]] = DataLoader(load_fn=self._load_run_pages)
 
     async def platform(self) -> PlatformSettings:
         """Platform settings, read once per request."""
@@ -175,6 +192,28 @@ class Loaders:
         for row in await self._fetch(_AGENTS_OF_OWNERS, owner_ids):
             grouped[int(row["user_id"])].append(row)
         return [grouped[i] for i in owner_ids]
+
+    async def _load_run_pages(self, keys: Sequence[RunPageKey]) -> list[list[Row]]:
+        groups: dict[tuple[int, int | None, tuple[str, ...] | None], list[int]] = {}
+        for agent_id, limit, after, states in keys:
+            groups.setdefault((limit, after, states), []).append(agent_id)
+        pages: dict[RunPageKey, list[Row]] = {}
+        for (limit, after, states), agent_ids in groups.items():
+            filters = ""
+            params: dict[str, Any] = {"ids": sorted(set(agent_ids)), "limit": limit}
+            if after is not None:
+                filters += " AND id < :after"
+                params["after"] = after
+            if states is not None:
+                filters += " AND state = ANY(CAST(:states AS text[]))"
+                params["states"] = list(states)
+            for agent_id in agent_ids:
+                pages[(agent_id, limit, after, states)] = []
+            async with self._connection() as conn:
+                result = await conn.execute(text(_RUN_PAGES.format(filters=filters)), params)
+                for row in result.mappings():
+                    pages[(int(row["agent_id"]), limit, after, states)].append(dict(row))
+        return [pages[key] for key in keys]
 
     async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
         platform = await self.platform()

@@ -2,10 +2,10 @@
 run lifecycle), return the fresh row.
 
 Permissions: owners change only their own agents (someone else's agent is NOT_FOUND to them).
-Admins see every agent and may edit, delete, re-tool and start any of them; the one thing they
-cannot do is flip the owner's switch (`setAgentEnabled` is the owner's alone, FORBIDDEN to an
-admin on another's agent) -- their lock is `setAdminPaused`. The admin-only mutations are
-FORBIDDEN to owners.
+Admins oversee but do not act as the owner: an agent reads the Knowledge Store with its owner's
+access, so editing its prompt, starting it or choosing its tools is the owner's alone (FORBIDDEN
+to an admin on another's agent), as is the owner's switch (`setAgentEnabled`). An admin pauses
+(`setAdminPaused`) and deletes. The admin-only mutations are FORBIDDEN to owners.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import strawberry
@@ -23,8 +23,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents import admin as admin_service
-from agent_engine.agents import definitions
-from agent_engine.agents.errors import Contended, Missing, ModelMissing, ToolsNotAllowed
+from agent_engine.agents import definitions, deletion
+from agent_engine.agents.errors import (
+    Contended,
+    Missing,
+    ModelMissing,
+    ToolsNotAllowed,
+    TooManyAgents,
+)
 from agent_engine.api.errors import (
     AgentNotStartable,
     BadUserInput,
@@ -57,6 +63,7 @@ from agent_engine.api.types import (
     ScheduleInput,
     Tool,
     UpdateAgentInput,
+    User,
     described_mutation,
     parse_id,
 )
@@ -70,6 +77,8 @@ Row = dict[str, Any]
 PROVIDERS = ("openai", "builtin")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MAX_TOKEN_CAP = 2**62
+# Query parameters that carry a credential (`?api_key=…`, `?token=…`, `?sig=…`).
+_SECRET_QUERY_NAME = re.compile(r"key|token|secret|passw|signature|credential|^sig$", re.I)
 
 
 def _camel(name: str) -> str:
@@ -124,6 +133,9 @@ async def _transaction(info: Info) -> AsyncIterator[AsyncConnection]:
         raise Conflict("the data changed concurrently; reload and retry") from exc
 
 
+_LIVE_AGENT = text("SELECT * FROM agents WHERE id = :id AND deleted_at IS NULL")
+
+
 async def _fresh_agent(info: Info, conn: AsyncConnection, agent_id: int) -> Agent:
     row = dict(
         (await conn.execute(text("SELECT * FROM agents WHERE id = :id"), {"id": agent_id}))
@@ -140,11 +152,7 @@ async def owned_agent(info: Info, agent_id: int, action: str, *, owner_only: boo
     NOT_FOUND to other owners (existence is not leaked), FORBIDDEN to an admin if `owner_only`."""
     viewer = info.context.require_viewer()
     async with info.context.engine.connect() as conn:
-        found = (
-            (await conn.execute(text("SELECT * FROM agents WHERE id = :id"), {"id": agent_id}))
-            .mappings()
-            .one_or_none()
-        )
+        found = (await conn.execute(_LIVE_AGENT, {"id": agent_id})).mappings().one_or_none()
     if found is None or (not viewer.is_admin and found["user_id"] != viewer.user_id):
         raise NotFound("agent", agent_id)
     if owner_only and found["user_id"] != viewer.user_id:
@@ -158,12 +166,12 @@ async def _change_tools(
     field: str,
     change: Callable[[AsyncConnection, int], Awaitable[None]],
 ) -> Agent:
-    """The tool-selection mutations: the owner's (or an admin's) agent, one transaction, a tool
-    not allowed for agents is BAD_USER_INPUT on `field`. `change` parses its own tool ids, so
-    they are checked after the agent (someone else's agent stays NOT_FOUND)."""
+    """The tool-selection mutations: the owner's agent, one transaction, a tool not allowed for
+    agents is BAD_USER_INPUT on `field`. `change` parses its own tool ids, so they are checked
+    after the agent (someone else's agent stays NOT_FOUND, FORBIDDEN to an admin)."""
     info.context.require_viewer()
     ident = parse_id(agent_id, "agentId")
-    await owned_agent(info, ident, "change its tools")
+    await owned_agent(info, ident, "choose its tools", owner_only=True)
     async with _transaction(info) as conn:
         try:
             await change(conn, ident)
@@ -174,7 +182,12 @@ async def _change_tools(
 
 @strawberry.type
 class Mutation:
-    @strawberry.mutation
+    @described_mutation(
+        description=(
+            "Creates an agent owned by the viewer. At most AGENT_ENGINE_MAX_AGENTS_PER_OWNER "
+            "agents per owner (BAD_USER_INPUT on input beyond it)."
+        )
+    )
     async def create_agent(self, info: Info, input: CreateAgentInput) -> Agent:
         viewer = info.context.require_viewer()
         draft = definitions.AgentDraft(
@@ -196,19 +209,25 @@ class Mutation:
         async with _transaction(info) as conn:
             try:
                 agent_id = await definitions.create_agent(
-                    conn, viewer.user_id, draft, now=info.context.now
+                    conn,
+                    viewer.user_id,
+                    draft,
+                    now=info.context.now,
+                    max_agents=info.context.settings.max_agents_per_owner,
                 )
+            except TooManyAgents as exc:
+                raise BadUserInput("input", str(exc)) from exc
             except ModelMissing as exc:
                 raise BadUserInput("input.modelId", str(exc)) from exc
             except ToolsNotAllowed as exc:
                 raise BadUserInput("input.toolIds", str(exc)) from exc
             return await _fresh_agent(info, conn, agent_id)
 
-    @strawberry.mutation
+    @described_mutation(description="The owner only: FORBIDDEN to an admin on another's agent.")
     async def update_agent(self, info: Info, id: strawberry.ID, input: UpdateAgentInput) -> Agent:
         info.context.require_viewer()
         agent_id = parse_id(id, "id")
-        await owned_agent(info, agent_id, "edit it")
+        await owned_agent(info, agent_id, "edit it", owner_only=True)
         changes: dict[str, Any] = {}
         if input.name is not strawberry.UNSET:
             if input.name is None:
@@ -243,14 +262,18 @@ class Mutation:
             return await _fresh_agent(info, conn, agent_id)
 
     @described_mutation(
-        description="Returns the deleted agent's id; its runs and tool links go with it."
+        description=(
+            "Returns the deleted agent's id; its runs and tool links go with it. The agent "
+            "vanishes from every view at once and never runs again; runs that count in this "
+            "week's budget keep counting (the row stays hidden until they no longer can)."
+        )
     )
     async def delete_agent(self, info: Info, id: strawberry.ID) -> strawberry.ID:
         info.context.require_viewer()
         agent_id = parse_id(id, "id")
         await owned_agent(info, agent_id, "delete it")
         async with _transaction(info) as conn:
-            await definitions.delete_agent(conn, agent_id)
+            await deletion.delete_agent(conn, agent_id, now=info.context.now)
         info.context.loaders.forget_agent(agent_id)
         return strawberry.ID(str(agent_id))
 
@@ -271,7 +294,9 @@ class Mutation:
 
     @described_mutation(
         description=(
-            "Replaces the optional-tool selection. Every tool must be allowed for agents now."
+            "Replaces the optional-tool selection. Every tool must be allowed for agents now, "
+            "including ones the agent already has: a tool an admin has since disallowed is "
+            "refused (BAD_USER_INPUT on toolIds) and must be left out. Owner only."
         )
     )
     async def set_agent_tools(
@@ -286,7 +311,9 @@ class Mutation:
             ),
         )
 
-    @strawberry.mutation
+    @described_mutation(
+        description=("Adds one optional tool; it must be allowed for agents now. The owner only.")
+    )
     async def attach_tool(
         self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
     ) -> Agent:
@@ -297,7 +324,9 @@ class Mutation:
             lambda conn, ident: definitions.attach_tool(conn, ident, parse_id(tool_id, "toolId")),
         )
 
-    @strawberry.mutation
+    @described_mutation(
+        description="Removes one optional tool, also one an admin has disallowed. The owner only."
+    )
     async def detach_tool(
         self, info: Info, agent_id: strawberry.ID, tool_id: strawberry.ID
     ) -> Agent:
@@ -311,13 +340,15 @@ class Mutation:
     @described_mutation(
         description=(
             "Requests a manual run. Returns the journal row: QUEUED, or SKIPPED with its reason. "
-            "A closed start gate is an AGENT_NOT_STARTABLE error and writes no row."
+            "A closed start gate is an AGENT_NOT_STARTABLE error and writes no row. The owner "
+            "only: FORBIDDEN to an admin on another's agent (it reads the Knowledge Store as "
+            "its owner)."
         )
     )
     async def start_run(self, info: Info, agent_id: strawberry.ID) -> Run:
         info.context.require_viewer()
         ident = parse_id(agent_id, "agentId")
-        await owned_agent(info, ident, "start it")
+        agent = await owned_agent(info, ident, "start it", owner_only=True)
         try:
             row = await run_request.request_run(
                 info.context.engine,
@@ -325,12 +356,13 @@ class Mutation:
                 trigger=RunTrigger.MANUAL,
                 now=info.context.now,
                 enqueue=info.context.enqueue,
+                send_wait_seconds=info.context.settings.broker_timeout_seconds,
             )
         except run_request.AgentNotFound as exc:
             raise NotFound("agent", ident) from exc
         except run_request.AgentNotStartable as exc:
             raise AgentNotStartable(exc.lock.name) from exc
-        return Run.from_row(row)
+        return Run.from_row(row, owner_id=int(agent["user_id"]))
 
     # --- admin ------------------------------------------------------------------------------
 
@@ -356,7 +388,21 @@ class Mutation:
         if ident == viewer.user_id:
             raise Conflict("an admin cannot deactivate their own account")
         async with _transaction(info) as conn:
-            return await admin_service.deactivate_owner(conn, ident)
+            return await admin_service.deactivate_owner(conn, ident, actor_id=viewer.user_id)
+
+    @described_mutation(
+        description=(
+            "Admin only. Lets the user sign in again. Their agents stay switched off until they "
+            "switch them on."
+        )
+    )
+    async def reactivate_owner(self, info: Info, user_id: strawberry.ID) -> User:
+        viewer = info.context.require_admin()
+        ident = parse_id(user_id, "userId")
+        async with _transaction(info) as conn:
+            row = await admin_service.reactivate_owner(conn, ident, actor_id=viewer.user_id)
+        platform = await info.context.loaders.platform()
+        return User.from_row(row, platform_zone=platform.timezone)
 
     @described_mutation(description="Admin only. Creates (no id) or replaces a model on the list.")
     async def upsert_agent_model(self, info: Info, input: AgentModelInput) -> AgentModel:
@@ -364,12 +410,7 @@ class Mutation:
         model_id = parse_id(input.id, "input.id") if input.id is not None else None
         if input.provider not in PROVIDERS:
             raise BadUserInput("input.provider", f"must be one of {', '.join(PROVIDERS)}")
-        base_url = input.base_url
-        if base_url is not None:
-            checked_text("input.baseUrl", base_url, BASE_URL_MAX_CHARS)
-            parts = urlsplit(base_url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise BadUserInput("input.baseUrl", "must be an http(s) URL")
+        base_url = _checked_base_url("input.baseUrl", input.base_url)
         if input.api_key_env is not None and not _ENV_NAME.match(input.api_key_env):
             raise BadUserInput("input.apiKeyEnv", "must be an environment variable name")
         limit = input.max_concurrent_runs
@@ -469,6 +510,37 @@ class Mutation:
 
             current = await load_platform_settings(conn)
         return PlatformSettings.from_value(current)
+
+
+def _checked_base_url(field: str, value: str | None) -> str | None:
+    """An http(s) URL with no credentials in it: keys live in the environment (`apiKeyEnv`),
+    never in the database or in what the API shows."""
+    if value is None:
+        return None
+    checked_text(field, value, BASE_URL_MAX_CHARS)
+    try:
+        parts = urlsplit(value)
+        has_userinfo = parts.username is not None or parts.password is not None
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError as exc:
+        raise BadUserInput(field, "must be an http(s) URL") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadUserInput(field, "must be an http(s) URL")
+    if has_userinfo:
+        raise BadUserInput(
+            field,
+            "must not contain credentials (user:password@): put the key in the environment "
+            "variable named by apiKeyEnv",
+        )
+    names = {name for name, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    secret_params = sorted(name for name in names if _SECRET_QUERY_NAME.search(name))
+    if secret_params:
+        raise BadUserInput(
+            field,
+            f"must not carry credentials in its query ({', '.join(secret_params)}): put the key "
+            "in the environment variable named by apiKeyEnv",
+        )
+    return value
 
 
 def _zone_name(field: str, value: str | None) -> str:

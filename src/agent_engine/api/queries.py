@@ -53,7 +53,9 @@ async def _all(engine: AsyncEngine, sql: str, params: dict[str, Any]) -> list[Ro
 
 async def fetch_owned_agents(engine: AsyncEngine, owner_id: int) -> list[Row]:
     return await _all(
-        engine, "SELECT * FROM agents WHERE user_id = :owner ORDER BY id", {"owner": owner_id}
+        engine,
+        "SELECT * FROM agents WHERE user_id = :owner AND deleted_at IS NULL ORDER BY id",
+        {"owner": owner_id},
     )
 
 
@@ -65,21 +67,24 @@ async def fetch_runs(
     agent_id: int | None = None,
     states: Sequence[RunState] | None = None,
 ) -> list[Row]:
-    """Keyset page of the journal, newest first; one row more than asked tells `hasNextPage`."""
-    where = ["TRUE"]
+    """Keyset page of the journal, newest first; one row more than asked tells `hasNextPage`.
+
+    Runs of hidden (deleted) agents are left out; each row carries its agent's `owner_id`."""
+    where = ["a.deleted_at IS NULL"]
     params: dict[str, Any] = {"limit": first + 1}
     if after is not None:
-        where.append("id < :after")
+        where.append("r.id < :after")
         params["after"] = after
     if agent_id is not None:
-        where.append("agent_id = :agent_id")
+        where.append("r.agent_id = :agent_id")
         params["agent_id"] = agent_id
     if states is not None:
-        where.append("state = ANY(CAST(:states AS text[]))")
+        where.append("r.state = ANY(CAST(:states AS text[]))")
         params["states"] = [s.value for s in states]
     return await _all(
         engine,
-        f"SELECT * FROM agent_runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit",
+        "SELECT r.*, a.user_id AS owner_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+        f" WHERE {' AND '.join(where)} ORDER BY r.id DESC LIMIT :limit",
         params,
     )
 
@@ -115,7 +120,7 @@ class Query:
         agent = await info.context.loaders.agent.load(int(row["agent_id"]))
         if agent is None or (not viewer.is_admin and agent["user_id"] != viewer.user_id):
             raise NotFound("run", run_id)
-        return Run.from_row(row)
+        return Run.from_row(row, owner_id=int(agent["user_id"]))
 
     @described(description="The admin's allowed list.")
     async def agent_models(self, info: Info) -> list[AgentModel]:
@@ -142,7 +147,7 @@ class Query:
     ) -> AgentConnection:
         info.context.require_admin()
         size = page_size(first)
-        where = ["TRUE"]
+        where = ["deleted_at IS NULL"]
         params: dict[str, Any] = {"limit": size + 1}
         cursor = decode_cursor("agent", after)
         if cursor is not None:

@@ -56,7 +56,7 @@ async def _run_events(
         async for event in subscriber.events():
             context.refresh()
             yield RunEvent(
-                run=Run.from_row(event.run),
+                run=Run.from_row(event.run, owner_id=event.owner_id),
                 previous_state=RunState(event.previous_state) if event.previous_state else None,
             )
     except SubscriberTooSlow as exc:

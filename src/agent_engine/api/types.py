@@ -20,7 +20,7 @@ from strawberry.scalars import JSON
 from strawberry.types.nodes import SelectedField, Selection
 
 from agent_engine.api.context import Context
-from agent_engine.api.errors import BadUserInput
+from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
 from agent_engine.db.platform import zone_or_utc
@@ -151,6 +151,9 @@ class User:
     email: str | None
     display_name: str | None
     timezone: str = strawberry.field(description="IANA zone; calendar schedules run in it.")
+    active: bool = strawberry.field(
+        description="False after deactivateOwner, until reactivateOwner."
+    )
 
     @classmethod
     def from_row(cls, row: Row, *, platform_zone: str) -> User:
@@ -159,22 +162,23 @@ class User:
             email=row["email"],
             display_name=row["display_name"],
             timezone=row["timezone"] or platform_zone,
+            active=bool(row["is_active"]),
         )
+
+
+def _viewer_is_admin(info: Info) -> bool:
+    viewer = info.context.viewer
+    return viewer is not None and viewer.is_admin
 
 
 @strawberry.type
 class AgentModel:
+    row: strawberry.Private[Row]
     id: strawberry.ID
     name: str
     provider: str = strawberry.field(description="openai | builtin")
     model: str = strawberry.field(description="The provider's model name, e.g. gpt-4o-mini.")
     is_default: bool = strawberry.field(description="Preselected for new agents.")
-    base_url: str | None = strawberry.field(
-        description="OpenAI-compatible endpoint; null = the provider's default."
-    )
-    api_key_env: str | None = strawberry.field(
-        description="Name of the environment variable that holds the API key (never the key)."
-    )
     max_concurrent_runs: int | None = strawberry.field(
         description=(
             "At most this many runs of this model are RUNNING at once across all workers; the"
@@ -185,15 +189,33 @@ class AgentModel:
     @classmethod
     def from_row(cls, row: Row) -> AgentModel:
         return cls(
+            row=row,
             id=strawberry.ID(str(row["id"])),
             name=row["name"],
             provider=row["provider"],
             model=row["model"],
             is_default=row["is_default"],
-            base_url=row["base_url"],
-            api_key_env=row["api_key_env"],
             max_concurrent_runs=row.get("max_concurrent_runs"),
         )
+
+    # Where a model lives and which variable holds its key are the operator's business.
+    @described(
+        description=(
+            "Admins only: null for everyone else. The OpenAI-compatible endpoint; null = the "
+            "provider's default."
+        )
+    )
+    def base_url(self, info: Info) -> str | None:
+        return cast(str | None, self.row["base_url"]) if _viewer_is_admin(info) else None
+
+    @described(
+        description=(
+            "Admins only: null for everyone else. The name of the environment variable that "
+            "holds the key (never the key)."
+        )
+    )
+    def api_key_env(self, info: Info) -> str | None:
+        return cast(str | None, self.row["api_key_env"]) if _viewer_is_admin(info) else None
 
 
 @strawberry.type
@@ -298,23 +320,26 @@ class Run:
     trigger: RunTrigger
     state: RunState
     reason: RunReason | None
-    output: str | None
     tokens_used: int
     error: str | None
     started_at: datetime | None
     finished_at: datetime | None
     heartbeat_at: datetime | None
     created_at: datetime
+    # The agent's owner when the caller knows it (else `output` looks it up).
+    owner_id: strawberry.Private[int | None] = None
 
     @classmethod
-    def from_row(cls, row: Row) -> Run:
+    def from_row(cls, row: Row, *, owner_id: int | None = None) -> Run:
+        if owner_id is None and row.get("owner_id") is not None:
+            owner_id = int(row["owner_id"])
         return cls(
             row=row,
+            owner_id=owner_id,
             id=strawberry.ID(str(row["id"])),
             trigger=RunTrigger(row["trigger"]),
             state=RunState(row["state"]),
             reason=RunReason(row["reason"]) if row["reason"] else None,
-            output=row["output"],
             tokens_used=int(row["tokens_used"]),
             error=row["error"],
             started_at=row["started_at"],
@@ -323,11 +348,32 @@ class Run:
             created_at=row["created_at"],
         )
 
+    # The output was read with the owner's Knowledge Store access: it is the owner's alone.
+    @described(
+        description=(
+            "The agent's final answer. The run's owner only: null for anyone else, admins included."
+        )
+    )
+    def output(self, info: Info) -> str | None:
+        viewer = info.context.viewer
+        if viewer is None or self.row["output"] is None:
+            return None
+        if self.owner_id is not None:
+            return cast(str, self.row["output"]) if self.owner_id == viewer.user_id else None
+        return awaited_later(self._output_for(info, viewer.user_id))
+
+    async def _output_for(self, info: Info, viewer_id: int) -> str | None:
+        agent = await info.context.loaders.agent.load(int(self.row["agent_id"]))
+        if agent is None or int(agent["user_id"]) != viewer_id:
+            return None
+        return cast(str, self.row["output"])
+
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
         row = await info.context.loaders.agent.load(int(self.row["agent_id"]))
-        if row is None:  # the FK cascades: a run never outlives its agent
-            raise LookupError(f"agent {self.row['agent_id']} of run {self.id} vanished")
+        if row is None:
+            # Deleted (hidden or gone) after this run was read: as for any vanished agent.
+            raise NotFound("agent", self.row["agent_id"])
         return Agent.from_row(row)
 
 
@@ -343,10 +389,15 @@ class RunConnection:
     page_info: PageInfo
 
     @classmethod
-    def from_rows(cls, rows: list[Row], first: int) -> RunConnection:
+    def from_rows(
+        cls, rows: list[Row], first: int, *, owner_id: int | None = None
+    ) -> RunConnection:
         page = rows[:first]
         edges = [
-            RunEdge(cursor=encode_cursor("run", int(r["id"])), node=Run.from_row(r)) for r in page
+            RunEdge(
+                cursor=encode_cursor("run", int(r["id"])), node=Run.from_row(r, owner_id=owner_id)
+            )
+            for r in page
         ]
         return cls(
             edges=edges,
@@ -490,19 +541,22 @@ class Agent:
     def active_run(self, info: Info) -> Run | None:
         if self.relations is not None:
             row = self.relations.active_run
-            return Run.from_row(row) if row else None
+            return self._run(row) if row else None
         return awaited_later(self._load_run(info.context.loaders.active_run))
 
     @described(description="The newest finished run (succeeded, failed or skipped).")
     def last_run(self, info: Info) -> Run | None:
         if self.relations is not None:
             row = self.relations.last_run
-            return Run.from_row(row) if row else None
+            return self._run(row) if row else None
         return awaited_later(self._load_run(info.context.loaders.last_run))
 
     async def _load_run(self, loader: DataLoader[int, Row | None]) -> Run | None:
         row = await loader.load(int(self.row["id"]))
-        return Run.from_row(row) if row else None
+        return self._run(row) if row else None
+
+    def _run(self, row: Row) -> Run:
+        return Run.from_row(row, owner_id=int(self.row["user_id"]))
 
     @described(description="The journal, newest first.")
     async def runs(
@@ -512,17 +566,15 @@ class Agent:
         after: str | None = None,
         states: list[RunState] | None = None,
     ) -> RunConnection:
-        from agent_engine.api.queries import fetch_runs
-
         size = page_size(first)
-        rows = await fetch_runs(
-            info.context.engine,
-            first=size,
-            after=decode_cursor("run", after),
-            agent_id=int(self.row["id"]),
-            states=states,
+        key = (
+            int(self.row["id"]),
+            size + 1,  # one more tells hasNextPage
+            decode_cursor("run", after),
+            tuple(sorted({s.value for s in states})) if states is not None else None,
         )
-        return RunConnection.from_rows(rows, size)
+        rows = await info.context.loaders.run_page.load(key)
+        return RunConnection.from_rows(rows, size, owner_id=int(self.row["user_id"]))
 
 
 async def _owner_zone(info: Info, owner_id: int) -> Any:

@@ -179,6 +179,14 @@ class Agent(Base):
             "next_run_at",
             postgresql_where=text("next_run_at IS NOT NULL"),
         ),
+        # A hidden (deleted) agent is switched off: the gate stays closed, it never runs again.
+        CheckConstraint("deleted_at IS NULL OR NOT enabled", name="hidden_is_switched_off"),
+        # The purge of hidden agents reads only them.
+        Index(
+            "ix_agents_deleted_at",
+            "deleted_at",
+            postgresql_where=text("deleted_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -202,6 +210,8 @@ class Agent(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+    # Set by deleteAgent while the agent's runs still count in a budget week (e0003).
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentRun(Base):
@@ -268,6 +278,8 @@ class AgentRun(Base):
     # The model the run is queued for / ran on (set at the request, refreshed at the claim). Not a
     # foreign key: the journal outlives the model list.
     model_id: Mapped[int | None] = mapped_column(BigInteger)
+    # When the reaper last re-sent the execute message (NULL: only the first send) (e0003).
+    last_sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentTool(Base):

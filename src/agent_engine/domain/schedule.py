@@ -295,5 +295,31 @@ def slot_after_fire(
     return next_slots(schedule, after=after, zone=zone, count=1, anchor=fired_slot)[0]
 
 
+def slot_after_zone_change(
+    schedule: Schedule,
+    *,
+    now: dt.datetime,
+    zone: ZoneInfo,
+    last_fired: dt.datetime | None,
+) -> dt.datetime:
+    """The slot to store when the owner's zone changed to `zone` (interval slots stay put: they
+    are absolute time, the caller keeps them).
+
+    The first calendar slot in the new zone strictly after `now` that is not in the local day
+    (daily) or week (weekly, Monday first) of `last_fired` read in the new zone: a slot that fired
+    under the old zone already used that day or week, and the agent must not fire twice in one.
+    """
+    _require_aware("now", now)
+    after = now
+    if last_fired is not None and isinstance(schedule, CalendarSchedule):
+        _require_aware("last_fired", last_fired)
+        fired_on = last_fired.astimezone(zone).date()
+        days = 7 - fired_on.weekday() if schedule.cadence == "weekly" else 1
+        # Strictly after the instant just before the next local day (or week) begins.
+        period_end = dt.datetime.combine(fired_on + dt.timedelta(days=days), dt.time(), zone)
+        after = max(now, period_end.astimezone(dt.UTC) - dt.timedelta(microseconds=1))
+    return next_slots(schedule, after=after, zone=zone, count=1)[0]
+
+
 def _article(tag: str) -> str:
     return f"an {tag}" if tag[:1] in "aeiou" else f"a {tag}"

@@ -3,9 +3,14 @@
 - `running` with no heartbeat for `stale_after` → `failed`/`stale` (the worker died; the lock on
   the agent is released and its tokens so far count). Measured on the database's clock, the one
   the heartbeats are written with.
-- `queued` older than `resend_after` → the execute message is sent again (Redis lost it, or the
-  API could not send it). Duplicates are harmless: the claim is a compare-and-set.
+- `queued` and unclaimed → the execute message is sent again (Redis lost it, or the API could
+  not send it), at most once per back-off window: `resend_after` after the first send, then each
+  wait as long as the run had waited when it was last sent (R, 2R, 4R, … after `created_at`). A
+  queue that is merely busy therefore gets a handful of duplicates per run, not one per tick, and
+  `last_sent_at` is claimed by a compare-and-set, so several reapers send each once between them.
+  Duplicates are harmless anyway: the claim is a compare-and-set.
 - `queued` older than `fail_after` → `failed`/`stale`: nobody will run it any more.
+- hidden (deleted) agents none of whose runs can count in a budget week any more are purged.
 
 Runs of a model with a concurrency limit may be queued because they wait for a slot, with no
 message in flight on purpose (`model_slots`): they are not re-sent blindly — the oldest of them
@@ -21,6 +26,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.agents.deletion import purge_hidden_agents
 from agent_engine.domain.runs import STALE_AFTER
 from agent_engine.runs import model_slots
 from agent_engine.runs.request import Enqueue, send_after_commit
@@ -58,13 +64,20 @@ _REAP_WAITING_SQL = text(
     " WHERE state = 'queued' AND created_at < :cutoff AND " + _OF_LIMITED_MODEL + " RETURNING id"
 )
 
-# While workers are down every tick re-sends the same runs; the cap bounds the duplicates one
-# tick adds (they are harmless, the claim is a compare-and-set, but they cost a lookup each).
+# The most re-sends one tick makes (oldest first); the rest go out on the next ticks.
 RESEND_LIMIT_PER_TICK = 1000
 
-_UNCLAIMED_SQL = text(
-    "SELECT id FROM agent_runs WHERE state = 'queued' AND created_at < :cutoff"
-    " AND NOT " + _OF_LIMITED_MODEL + " ORDER BY id LIMIT :limit"
+# Due for a re-send when the time since the last send is at least the longer of `resend_after`
+# and how long the run had waited at that send (the back-off doubles). SKIP LOCKED: a run being
+# claimed right now needs no message, and concurrent reapers take different runs. Runs of a
+# limited model are handed their slot by `model_slots` instead.
+_CLAIM_RESENDS_SQL = text(
+    "UPDATE agent_runs SET last_sent_at = :now WHERE id IN ("
+    " SELECT id FROM agent_runs WHERE state = 'queued'"
+    " AND CAST(:now AS timestamptz) - COALESCE(last_sent_at, created_at) >= GREATEST("
+    "   CAST(:resend_after AS interval), COALESCE(last_sent_at, created_at) - created_at)"
+    " AND NOT " + _OF_LIMITED_MODEL + " ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED)"
+    " RETURNING id"
 )
 
 
@@ -73,6 +86,7 @@ class ReapResult:
     failed_running: list[int] = field(default_factory=list)
     failed_queued: list[int] = field(default_factory=list)
     resent: list[int] = field(default_factory=list)
+    purged_agents: list[int] = field(default_factory=list)
 
 
 async def reap_stale_runs(
@@ -112,12 +126,19 @@ async def reap_stale_runs(
             },
         )
         failed_queued = sorted([int(r.id) for r in queued] + [int(r.id) for r in waited])
-        unclaimed = await conn.execute(
-            _UNCLAIMED_SQL, {"cutoff": now - resend_after, "limit": RESEND_LIMIT_PER_TICK}
+        claimed = await conn.execute(
+            _CLAIM_RESENDS_SQL,
+            {"now": now, "resend_after": resend_after, "limit": RESEND_LIMIT_PER_TICK},
         )
-        resent = [int(r.id) for r in unclaimed]
+        resent = sorted(int(r.id) for r in claimed)
         # The slots of limited models that nobody handed on (a worker died between a finish and
         # the hand-on, or before the claim of a run others waited behind).
         resent += await model_slots.waiting_with_free_slots(conn, cutoff=now - resend_after)
+        purged = await purge_hidden_agents(conn, now=now)
     await send_after_commit(enqueue, resent)
-    return ReapResult(failed_running=failed_running, failed_queued=failed_queued, resent=resent)
+    return ReapResult(
+        failed_running=failed_running,
+        failed_queued=failed_queued,
+        resent=resent,
+        purged_agents=purged,
+    )

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import load_platform_settings
@@ -34,6 +35,7 @@ Enqueue = Callable[[int], None]
 # Redis and RabbitMQ brokers of Dramatiq are thread-safe for sending). Small sends use one thread.
 SEND_THREADS = 4
 SEND_MESSAGES_PER_THREAD_MIN = 16
+_FOREIGN_KEY_VIOLATION = "23503"
 
 
 class AgentNotFound(Exception):
@@ -51,9 +53,13 @@ class AgentNotStartable(Exception):
         self.lock = lock
 
 
+# KEY SHARE (the lock the run's FK check takes anyway, now from the gate check on) holds the agent
+# until the journal insert commits: a concurrent deleteAgent (FOR UPDATE) waits for this start,
+# or this start waits for it and then finds no live agent. The scheduler's claim (NO KEY UPDATE)
+# is not blocked by it.
 _AGENT_GATE_SQL = text(
     "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
-    " FROM agents WHERE id = :agent_id"
+    " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE"
 )
 
 
@@ -64,30 +70,57 @@ async def request_run(
     trigger: RunTrigger,
     now: datetime,
     enqueue: Enqueue,
+    send_wait_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Request one run; returns the inserted `agent_runs` row (queued or skipped)."""
-    async with engine.begin() as conn:
-        agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
-        if agent is None:
-            raise AgentNotFound(agent_id)
-        lock = closed_lock(
-            enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
-        )
-        if lock is not None:
-            raise AgentNotStartable(agent_id, lock)
-        platform = await load_platform_settings(conn)
-        spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
-        rows = await insert_requested_runs(
-            conn,
-            [agent_id],
-            trigger=trigger,
-            now=now,
-            budget_spent=[agent_id] if spent else [],
-        )
+    """Request one run; returns the inserted `agent_runs` row (queued or skipped).
+
+    `send_wait_seconds` bounds how long the caller waits for the broker to take the execute
+    message: a broker that hangs must not hang the request. The send goes on in its thread; the
+    run is journaled `queued` either way, and the reaper re-sends a message that never arrived.
+    """
+    try:
+        async with engine.begin() as conn:
+            agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
+            if agent is None:
+                raise AgentNotFound(agent_id)
+            lock = closed_lock(
+                enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
+            )
+            if lock is not None:
+                raise AgentNotStartable(agent_id, lock)
+            platform = await load_platform_settings(conn)
+            spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
+            rows = await insert_requested_runs(
+                conn,
+                [agent_id],
+                trigger=trigger,
+                now=now,
+                budget_spent=[agent_id] if spent else [],
+            )
+    except IntegrityError as exc:
+        # The share lock prevents it; should the agent still vanish under the insert (the FK
+        # refuses the run), the answer is the same as for a start just after the delete.
+        if _FOREIGN_KEY_VIOLATION in str(getattr(exc.orig, "sqlstate", "")):
+            raise AgentNotFound(agent_id) from exc
+        raise
     row = rows[agent_id]
     if row["state"] == RunState.QUEUED:
-        await send_after_commit(enqueue, [int(row["id"])])
+        sending = asyncio.ensure_future(send_after_commit(enqueue, [int(row["id"])]))
+        _sends_in_flight.add(sending)
+        sending.add_done_callback(_sends_in_flight.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(sending), send_wait_seconds)
+        except TimeoutError:
+            log.warning(
+                "the broker did not take run %s's message within %g s; the reaper re-sends it",
+                row["id"],
+                send_wait_seconds,
+            )
     return row
+
+
+# Sends a request stopped waiting for, kept referenced until they end (they log their outcome).
+_sends_in_flight: set[asyncio.Future[None]] = set()
 
 
 async def send_after_commit(enqueue: Enqueue, run_ids: Iterable[int]) -> None:

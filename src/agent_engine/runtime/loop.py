@@ -4,7 +4,10 @@ System prompt = the platform layer, then the owner's prompt. Offered tools = the
 Knowledge Store tools plus the run's allowed optional tools. Model call → tool calls → results →
 model call, until the model answers without tool calls (succeeded) or the iteration cap is hit
 (failed/iteration_cap, the text so far kept). A provider error or timeout ends the run
-failed/error; a tool error or an unknown tool name goes back to the model as the tool's result.
+failed/error. A tool's own refusal (bad or unknown arguments, an unknown tool name, a document not
+found: `ToolError`) goes back to the model as the tool's result, so it can correct the call; an
+infrastructure failure (the Knowledge Store unreachable, a timeout, any other exception) ends the
+run failed/error naming the tool -- a run must not succeed on an answer built on nothing.
 """
 
 from __future__ import annotations
@@ -56,6 +59,14 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
+
+
+class ToolFailed(Exception):
+    """A tool could not answer for reasons outside the model's control; the run ends failed."""
+
+    def __init__(self, tool: str, detail: str) -> None:
+        super().__init__(f"tool {tool} failed: {detail}")
+        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -203,7 +214,7 @@ class Runtime:
                 REASON_ITERATION_CAP,
                 f"no final answer after {cap} model calls (the platform's iteration cap)",
             )
-        except ProviderError as exc:
+        except (ProviderError, ToolFailed) as exc:
             return failed(REASON_ERROR, str(exc))
         except Exception as exc:
             log.exception("run %s failed inside the runtime", ctx.run_id)
@@ -270,12 +281,16 @@ class Runtime:
                 result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
             return truncate(f"error: {exc}", self._max_tool_result_chars)
-        except TimeoutError:
-            return f"error: {call.name} timed out after {self._tool_timeout_seconds:g} s"
+        except TimeoutError as exc:
+            raise ToolFailed(
+                call.name, f"no answer within {self._tool_timeout_seconds:g} s"
+            ) from exc
         except Exception as exc:
-            # Details may hold internals (SQL); they go to the log, not to the model.
+            # Details may hold internals (SQL); they go to the log, the run names the kind.
             log.warning("tool %s failed in run %s", call.name, tool_ctx.run_id, exc_info=True)
-            return f"error: {call.name} failed ({type(exc).__name__})"
+            raise ToolFailed(
+                call.name, f"{type(exc).__name__} (details in the worker log)"
+            ) from exc
         return truncate(str(result), self._max_tool_result_chars)
 
 

@@ -191,12 +191,13 @@ async def reap_stale_runs() -> None:
         slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
         enqueue=enqueue_execute,
     )
-    if result.failed_running or result.failed_queued or result.resent:
+    if result.failed_running or result.failed_queued or result.resent or result.purged_agents:
         log.info(
-            "reaper: failed %d stale running, %d stale queued; re-sent %d",
+            "reaper: failed %d stale running, %d stale queued; re-sent %d; purged %d agents",
             len(result.failed_running),
             len(result.failed_queued),
             len(result.resent),
+            len(result.purged_agents),
         )
 
 

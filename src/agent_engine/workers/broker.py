@@ -8,6 +8,7 @@ clock and the workers all call `configure_broker(settings)` once at start-up; af
 from __future__ import annotations
 
 import threading
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dramatiq
 
@@ -41,16 +42,34 @@ def configure_broker(settings: Settings) -> dramatiq.Broker:
 
 
 def _make_broker(settings: Settings) -> dramatiq.Broker:
+    """The broker, with connect and socket timeouts: a broker that accepts connections but never
+    answers fails a send after `broker_timeout_seconds` instead of hanging it (the run stays
+    journaled `queued`, and the reaper re-sends its message)."""
     url = settings.effective_broker_url
     if not url:
         raise RuntimeError("no broker: set REDIS_URL (or BROKER_URL=amqp://… for RabbitMQ)")
+    timeout = settings.broker_timeout_seconds
     if url.startswith(("amqp://", "amqps://")):
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-        return RabbitmqBroker(url=url)
+        return RabbitmqBroker(url=_with_amqp_timeouts(url, timeout))
+    import redis
     from dramatiq.brokers.redis import RedisBroker
 
-    return RedisBroker(url=url)  # type: ignore[no-untyped-call]
+    # Dramatiq passes no options to a pool it builds from a URL: build the pool ourselves.
+    pool = redis.ConnectionPool.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    return RedisBroker(connection_pool=pool)  # type: ignore[no-untyped-call]
+
+
+def _with_amqp_timeouts(url: str, timeout: float) -> str:
+    """pika reads its timeouts from the URL's query; ones already given win."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    for name in ("socket_timeout", "stack_timeout", "blocked_connection_timeout"):
+        query.setdefault(name, f"{timeout:g}")
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def actors() -> Actors:

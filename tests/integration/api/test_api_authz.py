@@ -1,8 +1,9 @@
 """The authorisation matrix, over a real Uvicorn socket: anonymous, owner, other owner and admin
 against every query and mutation of the contract.
 
-Documented choices: someone else's agent/run is NOT_FOUND to an owner; an admin sees and manages
-every agent, except the owner's own switch (setAgentEnabled), which is FORBIDDEN to the admin.
+Documented choices: someone else's agent/run is NOT_FOUND to an owner; an admin sees every agent
+and oversees it -- pauses and deletes -- but does not act as the owner: editing, starting,
+choosing tools and the owner's switch are FORBIDDEN to an admin on another's agent.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ OPERATIONS: dict[str, tuple[str, Any]] = {
         "mutation($u: ID!) { deactivateOwner(userId: $u) }",
         lambda w: {"u": w.victim["id"]},
     ),
+    "reactivateOwner": (
+        "mutation($u: ID!) { reactivateOwner(userId: $u) { id active } }",
+        lambda w: {"u": w.victim["id"]},
+    ),
     "upsertAgentModel": (
         'mutation { upsertAgentModel(input: {name: "x", provider: "builtin", model: "b"}) { id } }',
         None,
@@ -118,6 +123,7 @@ ADMIN_ONLY = {
     "platformSettings",
     "setAdminPaused",
     "deactivateOwner",
+    "reactivateOwner",
     "upsertAgentModel",
     "removeAgentModel",
     "setToolAllowed",
@@ -133,6 +139,15 @@ OWNER_ONLY_ON_AGENT = {
     "startRun",
 }
 READS_OF_OWNED = {"agent", "run"}
+# What an admin may not do on another's agent: act as its owner.
+OWNER_ACTS = {
+    "updateAgent",
+    "setAgentEnabled",
+    "setAgentTools",
+    "attachTool",
+    "detachTool",
+    "startRun",
+}
 
 
 def expected(role: str, operation: str) -> str:
@@ -144,8 +159,8 @@ def expected(role: str, operation: str) -> str:
         return OK
     if role == "other":
         return "NOT_FOUND" if operation in READS_OF_OWNED | OWNER_ONLY_ON_AGENT else OK
-    # admin on the owner's agent: everything but the owner's switch
-    return "FORBIDDEN" if operation == "setAgentEnabled" else OK
+    # admin on the owner's agent: oversight (reads, pause, delete), never the owner's acts
+    return "FORBIDDEN" if operation in OWNER_ACTS else OK
 
 
 ROLE_USERS = {"owner": OWNER_ID, "other": OTHER_ID, "admin": ADMIN_ID}

@@ -15,7 +15,8 @@ from tests.integration.api.support import Api
 from tests.support.factories import Factories
 
 QUERY = """{ viewer { agents { id model { name } tools { name } lastRun { id state }
-  activeRun { id } owner { displayName } } budget { usedTokens } } }"""
+  activeRun { id } owner { displayName } runs(first: 5) { edges { node { id state } } } }
+  budget { usedTokens } } }"""
 
 
 @contextmanager
@@ -73,6 +74,7 @@ async def test_statement_count_is_the_same_for_10_and_100_agents(
         agents = data["viewer"]["agents"]
         assert len(agents) == size
         assert all(a["lastRun"] and a["activeRun"] and a["tools"] and a["model"] for a in agents)
+        assert all(len(a["runs"]["edges"]) == 2 for a in agents)
         counts[size] = len(statements)
     assert counts[10] == counts[100], counts
     assert 0 < counts[100] <= 12, counts

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 
+import dramatiq
+import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.runs.request import request_run
+from agent_engine.settings import Settings
+from agent_engine.workers.actors import RUNS_QUEUE
+from agent_engine.workers.broker import enqueue_execute
 from tests.support.factories import Factories
 
 STALE = timedelta(seconds=90)
@@ -103,3 +110,48 @@ async def test_reaped_run_releases_the_agent(engine: AsyncEngine, factories: Fac
     assert reaped.finished_at >= NOW - timedelta(seconds=1)  # the database's now()
     assert reaped.tokens_used == 42  # spent before the worker died: still counts
     assert "heartbeat" in reaped.error
+
+
+def _messages_for(redis_url: str, run_id: int) -> int:
+    """Execute messages for `run_id` waiting in the broker (Valkey: the queue's message hash)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        bodies = client.hvals(f"dramatiq:{RUNS_QUEUE}.msgs")
+    finally:
+        client.close()
+    return sum(1 for body in bodies if json.loads(body)["args"] == [run_id])
+
+
+async def test_a_busy_queue_gets_a_re_send_per_back_off_window_not_one_per_tick(
+    engine: AsyncEngine, factories: Factories, broker: dramatiq.Broker, settings: Settings
+) -> None:
+    """No worker consumes: every message stays queued, as on a queue too busy to keep up."""
+    agent = await factories.agent()
+    run = await request_run(
+        engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=enqueue_execute
+    )
+    run_id = int(run["id"])
+
+    async def tick(after: timedelta, reapers: int = 1) -> list[int]:
+        results = await asyncio.gather(
+            *(
+                reap_stale_runs(
+                    engine,
+                    now=NOW + after,
+                    resend_after=RESEND,
+                    fail_after=timedelta(days=1),
+                    enqueue=enqueue_execute,
+                )
+                for _ in range(reapers)
+            )
+        )
+        return [r for result in results for r in result.resent]
+
+    assert _messages_for(settings.redis_url or "", run_id) == 1
+    # Within the first minute nothing is re-sent; then once, whatever the number of ticks and
+    # reapers, until the run has waited as long again as it had at that send (61 → 122 → 244).
+    seconds = (30, 61, 62, 75, 90, 121, 122, 150, 200, 243, 244, 300)
+    resent = {s: await tick(timedelta(seconds=s), reapers=3) for s in seconds}
+    assert {s: len(ids) for s, ids in resent.items() if ids} == {61: 1, 122: 1, 244: 1}
+    assert _messages_for(settings.redis_url or "", run_id) == 4
+    assert await state_of(engine, run_id) == ("queued", None)

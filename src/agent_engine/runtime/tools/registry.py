@@ -29,7 +29,9 @@ CORE_TOOL_NAMES = ("search_knowledge", "read_document", "related_documents")
 
 
 class ToolError(Exception):
-    """A tool refused its arguments or could not answer; the message goes back to the model."""
+    """A tool's own refusal (bad arguments, nothing found): the message goes back to the model,
+    which may correct the call. Anything else a tool raises is an infrastructure failure, which
+    ends the run failed/error naming the tool (runtime.loop.ToolFailed)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,194 @@
+"""WebSocket sessions held to the rules of a request for their whole life.
+
+graphql-transport-ws authenticates once, at `connection_init`; a socket may then live for hours.
+So that a socket is no stronger than an HTTP request with the same token:
+
+- every operation (`subscribe` message: subscription, query or mutation) authenticates the token
+  again, exactly as a request would -- signature and `exp`, the user provisioned and active --
+  before it runs; a failure closes the socket (4401 for the token, 4403 for the account);
+- a socket closes when its token expires (4401, "the token has expired");
+- a deactivated user's sockets close within `session_check_seconds` in every api process: each
+  process's `SessionRegistry` looks up its connected users' `is_active` in PostgreSQL, where
+  `deactivateOwner` writes it, in one statement per sweep (4403, "this account is deactivated").
+
+Roles come from the token alone (the `agent_admin` claim), so a role removed in the identity
+provider takes effect for a socket, as for HTTP, when its token expires.
+
+The handler is Strawberry's graphql-transport-ws handler, extended through the view's
+`graphql_transport_ws_handler_class` seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Protocol, cast
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    SubscribeMessage,
+)
+
+from agent_engine.api.auth import Viewer
+from agent_engine.api.context import Context
+from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+# graphql-transport-ws close codes: the credentials are no longer valid / the account is refused.
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN = 4403
+TOKEN_EXPIRED = "the token has expired"
+ACCOUNT_DEACTIVATED = "this account is deactivated"
+# A close reason must fit a control frame (123 bytes).
+MAX_REASON_CHARS = 120
+
+_INACTIVE_USERS = text(
+    "SELECT id FROM users WHERE id = ANY(CAST(:ids AS bigint[])) AND NOT is_active"
+)
+
+
+class SessionRegistry:
+    """The authenticated sockets of this api process, by user, and the sweep that closes the
+    sockets of users deactivated since (in this or any other process)."""
+
+    def __init__(self, engine: AsyncEngine, *, interval_seconds: float) -> None:
+        self._engine = engine
+        self._interval_seconds = interval_seconds
+        self._sessions: dict[int, set[SessionHandler]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, user_id: int, session: SessionHandler) -> None:
+        self._sessions.setdefault(user_id, set()).add(session)
+
+    def discard(self, user_id: int, session: SessionHandler) -> None:
+        sessions = self._sessions.get(user_id)
+        if sessions is not None:
+            sessions.discard(session)
+            if not sessions:
+                del self._sessions[user_id]
+
+    @property
+    def session_count(self) -> int:
+        return sum(len(sessions) for sessions in self._sessions.values())
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._sweep_forever(), name="session-sweep")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def sweep(self) -> int:
+        """Close the sockets of deactivated users; returns how many were closed."""
+        if not self._sessions:
+            return 0
+        async with self._engine.connect() as conn:
+            inactive = [
+                int(user_id)
+                for user_id in (
+                    await conn.execute(_INACTIVE_USERS, {"ids": sorted(self._sessions)})
+                ).scalars()
+            ]
+        closed = 0
+        for user_id in inactive:
+            for session in list(self._sessions.get(user_id, ())):
+                await session.end(CLOSE_FORBIDDEN, ACCOUNT_DEACTIVATED)
+                closed += 1
+        return closed
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_seconds)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # The database is away: operations re-check on their own; try again next time.
+                log.warning("session sweep failed: %s", exc)
+
+
+class SessionHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    """graphql-transport-ws with the session rules above."""
+
+    _expiry: asyncio.Task[None] | None = None
+    _registered: int | None = None
+    _ended = False
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        await super().handle_connection_init(message)
+        viewer = self.context.viewer
+        if not self.connection_acknowledged or viewer is None or self._registered is not None:
+            return
+        self._registered = viewer.user_id
+        _registry(self.context).add(viewer.user_id, self)
+        if viewer.expires_at is not None:
+            self._expiry = asyncio.create_task(self._close_at(viewer.expires_at))
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        if self.connection_acknowledged and not self._ended:
+            try:
+                view = cast(_SessionView, self.view)
+                self.context.viewer = await view.reauthenticate(self.context)
+            except ApiError as exc:
+                await self.end(*_close_for(exc))
+                return
+        await super().handle_subscribe(message)
+
+    async def shutdown(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        if self._registered is not None:
+            _registry(self.context).discard(self._registered, self)
+            self._registered = None
+        await super().shutdown()
+
+    async def end(self, code: int, reason: str) -> None:
+        """Stop every operation of the socket, then close it with `code` and `reason`."""
+        if self._ended:
+            return
+        self._ended = True
+        for operation_id in list(self.operations):
+            await self.cleanup_operation(operation_id)
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await self.websocket.close(code=code, reason=reason[:MAX_REASON_CHARS])
+
+    async def _close_at(self, expires_at: datetime) -> None:
+        # The token's `exp` is wall-clock time: compare with the real clock, not the app's.
+        delay = (expires_at - datetime.now(UTC)).total_seconds()
+        await asyncio.sleep(max(delay, 0.0))
+        await self.end(CLOSE_UNAUTHORIZED, TOKEN_EXPIRED)
+
+
+def _close_for(error: ApiError) -> tuple[int, str]:
+    if isinstance(error, Forbidden):
+        return CLOSE_FORBIDDEN, error.message
+    if isinstance(error, Unauthenticated):
+        return CLOSE_UNAUTHORIZED, error.message
+    return CLOSE_FORBIDDEN, error.message
+
+
+def _registry(context: Context) -> SessionRegistry:
+    if context.sessions is None:
+        raise RuntimeError("WebSocket sessions need the api process's session registry")
+    return context.sessions
+
+
+class _SessionView(Protocol):
+    async def reauthenticate(self, context: Context) -> Viewer: ...
+
+
+__all__ = ["SessionHandler", "SessionRegistry"]
