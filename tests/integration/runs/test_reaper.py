@@ -126,6 +126,7 @@ async def test_a_busy_queue_gets_a_re_send_per_back_off_window_not_one_per_tick(
     engine: AsyncEngine, factories: Factories, broker: dramatiq.Broker, settings: Settings
 ) -> None:
     """No worker consumes: every message stays queued, as on a queue too busy to keep up."""
+    NOW = datetime.now(UTC)
     agent = await factories.agent()
     run = await request_run(
         engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=enqueue_execute
