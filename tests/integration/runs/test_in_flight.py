@@ -118,21 +118,20 @@ async def test_the_tool_timeout_setting_reaches_the_workers_runtime(
     )
     worker = start_worker(settings.model_copy(update={"tool_timeout_seconds": 0.5}), threads=2)
     try:
-        # The Knowledge Store is stuck (its table locked): the tool call must give up in 0.5 s.
+        # The Knowledge Store is stuck (its table locked): the tool call must give up in 0.5 s,
+        # and a tool that cannot answer ends the run (it is not the model's to correct).
         async with engine.connect() as blocker:
             transaction = await blocker.begin()
             await blocker.exec_driver_sql("LOCK TABLE kb_documents IN ACCESS EXCLUSIVE MODE")
             run_id = await _request(engine, agent["id"])
-            await eventually(
-                lambda: _true(fake_openai.request_count == 2), what="the model's second call"
-            )
+            await eventually(lambda: _all_in(engine, [run_id], "failed"), what="the run to end")
             await transaction.rollback()
-        await eventually(lambda: _all_in(engine, [run_id], "succeeded"), what="the run to end")
     finally:
         stop_worker(worker, grace_seconds=5)
-    tool_message = fake_openai.requests[1]["messages"][-1]
-    assert tool_message["role"] == "tool"
-    assert tool_message["content"] == "error: search_knowledge timed out after 0.5 s"
+    run = (await _states(engine, [run_id]))[run_id]
+    assert run["reason"] == "error"
+    assert run["error"] == "tool search_knowledge failed: no answer within 0.5 s"
+    assert fake_openai.request_count == 1
 
 
 async def _all_in(engine: AsyncEngine, run_ids: list[int], state: str) -> bool:
