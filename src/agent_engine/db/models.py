@@ -9,6 +9,7 @@ Database-held behaviour (triggers) is created by the migrations, see `db/ddl.py`
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
@@ -20,7 +21,9 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
     MetaData,
+    Numeric,
     Text,
     UniqueConstraint,
     func,
@@ -78,6 +81,13 @@ class AgentModel(Base):
             unique=True,
             postgresql_where=text("is_default"),
         ),
+        *(
+            CheckConstraint(
+                f"{column} IS NULL OR ({column} >= 0 AND {column} <= 10000)",
+                name=f"{column}_range",
+            )
+            for column in ("input_price_per_million", "output_price_per_million")
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -88,6 +98,9 @@ class AgentModel(Base):
     api_key_env: Mapped[str | None] = mapped_column(Text)
     is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     created_at: Mapped[datetime] = _created_at()
+    # Prices per million prompt / completion tokens in the platform currency; NULL = not priced.
+    input_price_per_million: Mapped[Decimal | None] = mapped_column(Numeric)
+    output_price_per_million: Mapped[Decimal | None] = mapped_column(Numeric)
 
 
 class Tool(Base):
@@ -250,6 +263,34 @@ class AgentRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()
+    # --- the provider's token split (also added by the transcript issue, 16) ---
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # --- spend (issue 17) ---
+    # Fixed when the run finishes, from its model's prices then (trigger); NULL = not priced.
+    cost: Mapped[Decimal | None] = mapped_column(Numeric)
+
+
+class BudgetAlert(Base):
+    """An owner's week crossed a threshold of the cap: once per owner, week and percent."""
+
+    __tablename__ = "budget_alerts"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "window_start", "percent"),
+        CheckConstraint("percent >= 1 AND percent <= 100", name="percent_range"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False
+    )
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    percent: Mapped[int] = mapped_column(Integer, nullable=False)
+    used_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    cap_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    crossed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
 
 
 class AgentTool(Base):
@@ -275,4 +316,4 @@ PLATFORM_TABLES = (
     "kb_document_grants",
     "kb_document_links",
 )
-ENGINE_TABLES = ("agents", "agent_runs", "agent_tools")
+ENGINE_TABLES = ("agents", "agent_runs", "agent_tools", "budget_alerts")
