@@ -22,6 +22,8 @@ SETTING_KEYS = {
     "timezone": platform.TIMEZONE,
     "platform_prompt": platform.PLATFORM_PROMPT,
     "iteration_cap": platform.ITERATION_CAP,
+    "currency": platform.CURRENCY,
+    "budget_alert_percents": platform.BUDGET_ALERT_PERCENTS,
 }
 
 
