@@ -15,6 +15,7 @@ from agent_engine.api.loaders import Loaders
 from agent_engine.settings import Settings
 
 if TYPE_CHECKING:
+    from agent_engine.api.alert_events import BudgetAlertFeed
     from agent_engine.api.events import RunEventHub
 
 Enqueue = Callable[[int], None]
@@ -35,6 +36,8 @@ class Context:
     connection_params: dict[str, Any] | None = None
     # The process's run-event hub (subscriptions) and the clock `now` was read from.
     hub: RunEventHub | None = None
+    # Budget alerts as they are recorded (the budgetAlerts subscription).
+    alert_feed: BudgetAlertFeed | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     _loaders: Loaders | None = field(default=None, init=False, repr=False)
 

@@ -15,6 +15,7 @@ The insert's trigger NOTIFYs `budget_alert_events` (the `budgetAlerts` subscript
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,6 +45,24 @@ _RECORD_SQL = text(
     " ON CONFLICT (owner_id, window_start, percent) DO NOTHING"
     " RETURNING *"
 )
+
+
+_OF_OWNERS_SQL = text(
+    "SELECT * FROM budget_alerts WHERE owner_id = ANY(CAST(:owner_ids AS bigint[]))"
+    " AND window_start = :window_start ORDER BY percent"
+)
+
+# Newest first by id; with an owner, the UNIQUE (owner, window start, percent) index finds them.
+_NEWEST_FIRST_SQL = {
+    (with_after, with_owner): text(
+        "SELECT * FROM budget_alerts WHERE TRUE"
+        + (" AND id < :after" if with_after else "")
+        + (" AND owner_id = :owner_id" if with_owner else "")
+        + " ORDER BY id DESC LIMIT :limit"
+    )
+    for with_after in (False, True)
+    for with_owner in (False, True)
+}
 
 
 @dataclass(frozen=True)
@@ -126,3 +145,27 @@ async def record_crossed_thresholds(
             window_start=alert.window_start.isoformat(),
         )
     return alerts
+
+
+async def alerts_of_owners(
+    conn: AsyncConnection, owner_ids: Collection[int], *, window_start: datetime
+) -> dict[int, list[BudgetAlert]]:
+    """Each owner's alerts of the week starting at `window_start`, lowest threshold first."""
+    found: dict[int, list[BudgetAlert]] = {owner_id: [] for owner_id in owner_ids}
+    if owner_ids:
+        rows = await conn.execute(
+            _OF_OWNERS_SQL, {"owner_ids": list(owner_ids), "window_start": window_start}
+        )
+        for row in rows.mappings():
+            alert = BudgetAlert.from_row(row)
+            found[alert.owner_id].append(alert)
+    return found
+
+
+async def newest_alerts(
+    conn: AsyncConnection, *, limit: int, after: int | None = None, owner_id: int | None = None
+) -> list[BudgetAlert]:
+    """Alerts newest first, before the alert id `after`, of one owner or all."""
+    statement = _NEWEST_FIRST_SQL[after is not None, owner_id is not None]
+    rows = await conn.execute(statement, {"limit": limit, "after": after, "owner_id": owner_id})
+    return [BudgetAlert.from_row(row) for row in rows.mappings()]
