@@ -7,6 +7,8 @@
 - `budget_alerts`: one row per owner, budget week and threshold (UNIQUE), written when a finishing
   run takes the owner's week across `budgetAlertPercents` of the cap; a NOTIFY on
   `budget_alert_events` feeds the `budgetAlerts` subscription.
+- `ix_agent_runs_pace`: each agent's newest succeeded/failed runs with their tokens, index-only,
+  for the forecast and `expectedTokensPerRun` (the median of the last 10).
 - `agent_runs.prompt_tokens` / `completion_tokens` (the provider's split of `tokens_used`) are
   added IF NOT EXISTS: the transcript revision adds the same columns, and whichever runs second
   changes nothing.
@@ -71,6 +73,15 @@ def upgrade() -> None:
         " ADD COLUMN IF NOT EXISTS completion_tokens BIGINT NOT NULL DEFAULT 0"
     )
     op.add_column("agent_runs", sa.Column("cost", sa.Numeric(), nullable=True))
+    # An agent's pace (the forecast, expectedTokensPerRun): its newest runs that ran, index-only.
+    op.create_index(
+        "ix_agent_runs_pace",
+        "agent_runs",
+        ["agent_id", sa.literal_column("id DESC")],
+        unique=False,
+        postgresql_include=["tokens_used"],
+        postgresql_where=sa.text("state IN ('succeeded', 'failed')"),
+    )
     op.create_table(
         "budget_alerts",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
@@ -122,5 +133,11 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER agent_runs_cost_at_finish ON agent_runs")
     op.execute("DROP FUNCTION agent_runs_cost_at_finish()")
     op.drop_table("budget_alerts")
+    op.drop_index(
+        "ix_agent_runs_pace",
+        table_name="agent_runs",
+        postgresql_include=["tokens_used"],
+        postgresql_where=sa.text("state IN ('succeeded', 'failed')"),
+    )
     op.drop_column("agent_runs", "cost")
     # prompt_tokens / completion_tokens stay: the transcript revision owns them too.

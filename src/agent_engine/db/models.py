@@ -240,6 +240,14 @@ class AgentRun(Base):
         ),
         # Run journal paging, newest first.
         Index("ix_agent_runs_journal", "agent_id", text("id DESC")),
+        # An agent's pace (issue 17): its newest runs that ran, with their tokens, index-only.
+        Index(
+            "ix_agent_runs_pace",
+            "agent_id",
+            text("id DESC"),
+            postgresql_include=["tokens_used"],
+            postgresql_where=text("state IN ('succeeded', 'failed')"),
+        ),
         # Reaper: unfinished runs by age, a small partial index.
         Index(
             "ix_agent_runs_unfinished",

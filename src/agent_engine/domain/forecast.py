@@ -10,8 +10,9 @@ owner's zone, exact across DST). An overdue `next_run_at` (the scheduler is behi
 now, and the schedule goes on strictly after now -- the scheduler's coalescing.
 
 Cheap for a dashboard: interval agents (up to 168 slots a week each) are counted arithmetically on
-their grid, and `exhausts_at` is found by a binary search over time of the projected spend, so
-hundreds of agents cost milliseconds.
+their grid, a calendar schedule's slots are walked once however many agents share it, and
+`exhausts_at` is found by a binary search over the window's hours, then among the few slots of the
+hour found, so hundreds of agents cost a few milliseconds.
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from agent_engine.domain.budget import Budget
-from agent_engine.domain.schedule import IntervalSchedule, Schedule, next_slots
+from agent_engine.domain.schedule import (
+    CalendarSchedule,
+    IntervalSchedule,
+    Schedule,
+    next_slots,
+)
 
 # How many of an agent's latest succeeded or failed runs set its pace.
 EXPECTED_TOKENS_SAMPLE_RUNS = 10
 _MICROSECOND = dt.timedelta(microseconds=1)
-# Calendar slots are generated in chunks of this many (a week holds at most 8 daily slots).
-_CALENDAR_CHUNK = 8
+# No schedule fires more often than hourly (MIN_EVERY_HOURS), so an hour holds at most one slot
+# of each agent: the search for `exhausts_at` narrows to an hour first.
+_SEARCH_STEP = dt.timedelta(hours=1)
 
 
 def expected_tokens_per_run(recent_tokens: Sequence[int]) -> int | None:
@@ -63,11 +70,43 @@ class BudgetForecast:
     agents_without_history: int
 
 
+class _CalendarSlots:
+    """The slots of calendar schedules in the window, walked once per schedule and zone."""
+
+    def __init__(self, *, origin: dt.datetime, end: dt.datetime) -> None:
+        self._origin = origin
+        self._end = end
+        self._walked: dict[tuple[Schedule, ZoneInfo], list[int]] = {}
+
+    def after(self, schedule: Schedule, zone: ZoneInfo, instant: int) -> list[int]:
+        """The schedule's slots strictly after `instant` and before the end (microseconds after
+        the origin). A calendar schedule's slots do not depend on when it was set."""
+        walked = self._walked.get((schedule, zone))
+        if walked is None:
+            slots: list[dt.datetime] = []
+            after = self._origin - _MICROSECOND
+            while not slots or slots[-1] < self._end:
+                # A week holds at most 2 weekly and 8 daily slots.
+                weekly = isinstance(schedule, CalendarSchedule) and schedule.weekday is not None
+                chunk = 2 if weekly else 8
+                slots += next_slots(schedule, after=after, zone=zone, count=chunk)
+                after = slots[-1]
+            walked = [(s - self._origin) // _MICROSECOND for s in slots if s < self._end]
+            self._walked[schedule, zone] = walked
+        return walked[bisect.bisect_right(walked, instant) :]
+
+
 class _RemainingSlots:
     """An agent's remaining slots before the window's end, as microseconds after `origin`."""
 
     def __init__(
-        self, pace: AgentPace, *, now: dt.datetime, end: dt.datetime, origin: dt.datetime
+        self,
+        pace: AgentPace,
+        *,
+        now: dt.datetime,
+        end: dt.datetime,
+        origin: dt.datetime,
+        calendar: _CalendarSlots,
     ) -> None:
         first = max(pace.next_run_at, now)
         # After an overdue slot the schedule goes on strictly after now (coalescing); otherwise
@@ -90,12 +129,7 @@ class _RemainingSlots:
                 following = (end_us - 1 - self._grid_start) // self._grid_step + 1
             self.count = 1 + following
             return
-        instants = [first]
-        while instants[-1] < end:
-            instants += next_slots(
-                pace.schedule, after=instants[-1], zone=pace.zone, count=_CALENDAR_CHUNK
-            )
-        self._instants = [(s - origin) // _MICROSECOND for s in instants if s < end]
+        self._instants = [self._first, *calendar.after(pace.schedule, pace.zone, self._first)]
         self.count = len(self._instants)
 
     @property
@@ -104,11 +138,15 @@ class _RemainingSlots:
 
     @property
     def last(self) -> int:
+        return self.instant(self.count - 1)
+
+    def instant(self, index: int) -> int:
+        """The `index`-th remaining slot (0 = the first)."""
         if self._grid_step is None:
-            return self._instants[-1]
-        if self.count == 1:
+            return self._instants[index]
+        if index == 0:
             return self._first
-        return self._grid_start + (self.count - 2) * self._grid_step
+        return self._grid_start + (index - 1) * self._grid_step
 
     def count_until(self, instant: int) -> int:
         """How many of the slots fall at or before `instant`."""
@@ -130,8 +168,9 @@ def forecast_budget(
     projected = budget.used_tokens
     without_history = 0
     paced: list[tuple[_RemainingSlots, int]] = []
+    calendar = _CalendarSlots(origin=origin, end=end)
     for agent in agents:
-        slots = _RemainingSlots(agent, now=now, end=end, origin=origin)
+        slots = _RemainingSlots(agent, now=now, end=end, origin=origin, calendar=calendar)
         if slots.count == 0:
             continue
         if agent.expected_tokens is None:
@@ -154,17 +193,32 @@ def forecast_budget(
 
 def _first_instant_reaching(needed: int, paced: list[tuple[_RemainingSlots, int]]) -> int:
     """The earliest instant at which the paced slots up to it add up to `needed` (which they do by
-    the last slot). The projection only grows at slots, so that instant is a slot."""
+    the last slot). The projection only grows at slots, so that instant is a slot.
+
+    A binary search over whole hours finds the hour that reaches it; then the slots within that
+    hour (at most one per agent) are added in time order.
+    """
 
     def spent_until(instant: int) -> int:
         return sum(slots.count_until(instant) * tokens for slots, tokens in paced)
 
-    low = min(slots.first for slots, _ in paced) - 1  # nothing is spent before the first slot
-    high = max(slots.last for slots, _ in paced)  # spent_until(high) >= needed
+    step = _SEARCH_STEP // _MICROSECOND
+    # spent_until(low * step) < needed <= spent_until(high * step)
+    low = (min(slots.first for slots, _ in paced) - 1) // step
+    high = -(-max(slots.last for slots, _ in paced) // step)
     while high - low > 1:
         middle = (low + high) // 2
-        if spent_until(middle) >= needed:
+        if spent_until(middle * step) >= needed:
             high = middle
         else:
             low = middle
-    return high
+    spent = spent_until(low * step)
+    within: list[tuple[int, int]] = []
+    for slots, tokens in paced:
+        before, upto = slots.count_until(low * step), slots.count_until(high * step)
+        within += [(slots.instant(index), tokens) for index in range(before, upto)]
+    for instant, tokens in sorted(within):
+        spent += tokens
+        if spent >= needed:
+            return instant
+    raise AssertionError("the projection reaches the cap by the last slot")
