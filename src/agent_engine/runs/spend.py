@@ -106,7 +106,7 @@ async def recent_tokens(conn: AsyncConnection, agent_ids: Collection[int]) -> di
 
 
 def agent_paces(
-    agents: Iterable[Mapping[str, Any]],
+    agents: Iterable[Mapping[Any, Any]],
     expected: Mapping[int, int | None],
     *,
     zone: ZoneInfo,
@@ -155,8 +155,7 @@ async def owner_forecast(
     if platform is None:
         platform = await load_platform_settings(conn)
     budget = (await owners_budgets(conn, [owner_id], now=now, platform=platform))[owner_id]
-    result = await conn.execute(_SCHEDULED_AGENTS_SQL, {"owner_id": owner_id})
-    rows = [dict(row) for row in result.mappings()]
+    rows = (await conn.execute(_SCHEDULED_AGENTS_SQL, {"owner_id": owner_id})).mappings().all()
     owner_zone = rows[0]["owner_timezone"] if rows else None
     zone = zone_or_utc(owner_zone) if owner_zone else platform.zone
     expected = {int(r["id"]): expected_tokens_per_run(r["recent_tokens"]) for r in rows}
