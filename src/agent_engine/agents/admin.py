@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import text
@@ -24,6 +25,8 @@ SETTING_KEYS = {
     "timezone": platform.TIMEZONE,
     "platform_prompt": platform.PLATFORM_PROMPT,
     "iteration_cap": platform.ITERATION_CAP,
+    "currency": platform.CURRENCY,
+    "budget_alert_percents": platform.BUDGET_ALERT_PERCENTS,
 }
 
 
@@ -160,6 +163,31 @@ async def upsert_model(
     if updated is None:
         raise Missing("model", model_id or 0)
     return SavedModel(int(updated.id), updated.previous, updated.max_concurrent_runs)
+
+
+# Price columns of agent_models by their GraphQL-side names (issue 17).
+PRICE_COLUMNS = {
+    "input_price_per_million": "input_price_per_million",
+    "output_price_per_million": "output_price_per_million",
+}
+
+
+async def set_model_prices(
+    conn: AsyncConnection, model_id: int, prices: Mapping[str, Decimal | None]
+) -> None:
+    """Set (or, with None, clear) the given prices of a model. Runs already finished keep the
+    cost they were given: it was fixed at their finish."""
+    if not prices:
+        return
+    assignments = ", ".join(f"{PRICE_COLUMNS[name]} = :{name}" for name in prices)
+    updated = (
+        await conn.execute(
+            text(f"UPDATE agent_models SET {assignments} WHERE id = :id RETURNING id"),
+            {**prices, "id": model_id},
+        )
+    ).scalar_one_or_none()
+    if updated is None:
+        raise Missing("model", model_id)
 
 
 async def remove_model(conn: AsyncConnection, model_id: int) -> None:

@@ -40,6 +40,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UNSET, UnsetType
 
+from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.auth import (
     Viewer,
     bearer_token,
@@ -81,6 +82,7 @@ class State(TypedDict):
     enqueue: Enqueue
     hub: RunEventHub
     sessions: SessionRegistry
+    alert_feed: BudgetAlertFeed
 
 
 def _no_broker(run_id: int) -> None:
@@ -154,6 +156,7 @@ class GraphQLView(GraphQL[Context, None]):
             response=response,
             hub=state["hub"],
             sessions=state["sessions"],
+            alert_feed=state["alert_feed"],
             clock=self.clock,
         )
         if isinstance(request, Request):
@@ -359,9 +362,13 @@ def create_app(
                 active.url.render_as_string(hide_password=False),
                 queue_size=settings.subscriber_queue_size,
             )
+            # Budget alerts come over the hub's LISTEN connection too (budgetAlerts).
+            alert_feed = BudgetAlertFeed(queue_size=settings.subscriber_queue_size)
+            alert_feed.attach(hub)
             await hub.start()
             # Tests and operators find the process's hub here (subscriber count, listening).
             app.state.hub = hub
+            app.state.alert_feed = alert_feed
             try:
                 async with asyncio.timeout(HUB_LISTEN_TIMEOUT_SECONDS):
                     await hub.wait_listening()
@@ -379,10 +386,12 @@ def create_app(
                     enqueue=enqueue,
                     hub=hub,
                     sessions=sessions,
+                    alert_feed=alert_feed,
                 )
             finally:
                 await sessions.stop()
                 await hub.stop()
+                alert_feed.close()
         finally:
             if own_engine:
                 await active.dispose()

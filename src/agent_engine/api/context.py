@@ -15,6 +15,7 @@ from agent_engine.api.loaders import Loaders
 from agent_engine.settings import Settings
 
 if TYPE_CHECKING:
+    from agent_engine.api.alert_events import BudgetAlertFeed
     from agent_engine.api.events import RunEventHub
     from agent_engine.api.sessions import SessionRegistry
 
@@ -38,6 +39,8 @@ class Context:
     hub: RunEventHub | None = None
     # The process's WebSocket sessions (closed on deactivation; see api/sessions.py).
     sessions: SessionRegistry | None = None
+    # Budget alerts as they are recorded (the budgetAlerts subscription).
+    alert_feed: BudgetAlertFeed | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     _loaders: Loaders | None = field(default=None, init=False, repr=False)
 

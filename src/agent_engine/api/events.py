@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -30,11 +31,14 @@ CHANNEL = "agent_run_events"
 RECONNECT_DELAY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 # Fields that only exist once a run reached a later state than the event shows.
 _LATER_FIELDS_BY_STATE = {
-    "queued": ("started_at", "finished_at", "heartbeat_at", "output", "error", "reason"),
-    "running": ("finished_at", "output", "error", "reason"),
+    "queued": ("started_at", "finished_at", "heartbeat_at", "output", "error", "reason", "cost"),
+    "running": ("finished_at", "output", "error", "reason", "cost"),
 }
 
 log = structlog.get_logger(__name__)
+
+# A handler of another channel heard on the hub's LISTEN connection; gets the decoded payload.
+ChannelHandler = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ class RunEventHub:
         self._tasks: list[asyncio.Task[None]] = []
         self._listening = asyncio.Event()
         self._loader: asyncpg.Connection | None = None
+        self._channels: dict[str, ChannelHandler] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -153,6 +158,11 @@ class RunEventHub:
             self._loader = None
         for subscriber in list(self._subscribers):
             subscriber.close()
+
+    def add_channel(self, channel: str, handler: ChannelHandler) -> None:
+        """Hear another channel on the same LISTEN connection (one per api process), e.g. the
+        budget alerts (`api/alert_events.py`). Call before `start()`."""
+        self._channels[channel] = handler
 
     # -- subscribers -------------------------------------------------------------------------
 
@@ -200,6 +210,8 @@ class RunEventHub:
                 conn = await asyncpg.connect(self._dsn)
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._on_notify)
+                for channel, handler in self._channels.items():
+                    await conn.add_listener(channel, partial(self._on_channel, handler))
                 self._listening.set()
                 if attempt:
                     log.info("run events listener reconnected", attempts=attempt)
@@ -229,6 +241,14 @@ class RunEventHub:
             self._notifications.put_nowait(json.loads(payload))
         except ValueError:
             log.warning("ignored a malformed run event", payload=payload[:200])
+
+    def _on_channel(
+        self, handler: ChannelHandler, _conn: object, _pid: int, channel: str, payload: str
+    ) -> None:
+        try:
+            handler(json.loads(payload))
+        except Exception as exc:
+            log.warning("ignored an event", channel=channel, error=str(exc), payload=payload[:200])
 
     # -- dispatch ----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import TextClause, text
@@ -23,8 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
-from agent_engine.domain.budget import Budget
+from agent_engine.domain.budget import Budget, week_window
+from agent_engine.domain.forecast import expected_tokens_per_run
+from agent_engine.runs.alerts import BudgetAlert, alerts_of_owners
 from agent_engine.runs.budget import owners_budgets
+from agent_engine.runs.spend import recent_tokens, spent_costs
 
 Row = dict[str, Any]
 
@@ -104,6 +108,16 @@ class Loaders:
             load_fn=self._load_agents_of_owners
         )
         self.run_page: DataLoader[RunPageKey, list[Row]] = DataLoader(load_fn=self._load_run_pages)
+        # Spend (issue 17): the week's cost per owner, each agent's pace, this week's alerts.
+        self.budget_cost: DataLoader[int, Decimal | None] = DataLoader(
+            load_fn=self._load_budget_costs
+        )
+        self.expected_tokens: DataLoader[int, int | None] = DataLoader(
+            load_fn=self._load_expected_tokens
+        )
+        self.alerts_this_week: DataLoader[int, list[BudgetAlert]] = DataLoader(
+            load_fn=self._load_alerts_this_week
+        )
 
     async def platform(self) -> PlatformSettings:
         """Platform settings, read once per request."""
@@ -220,6 +234,25 @@ class Loaders:
         async with self._connection() as conn:
             budgets = await owners_budgets(conn, list(owner_ids), now=self._now, platform=platform)
         return [budgets[i] for i in owner_ids]
+
+    async def _load_budget_costs(self, owner_ids: Sequence[int]) -> list[Decimal | None]:
+        platform = await self.platform()
+        window = week_window(self._now, platform.zone)
+        async with self._connection() as conn:
+            costs = await spent_costs(conn, list(owner_ids), window=window)
+        return [costs[i] for i in owner_ids]
+
+    async def _load_expected_tokens(self, agent_ids: Sequence[int]) -> list[int | None]:
+        async with self._connection() as conn:
+            recent = await recent_tokens(conn, list(agent_ids))
+        return [expected_tokens_per_run(recent.get(i, [])) for i in agent_ids]
+
+    async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlert]]:
+        platform = await self.platform()
+        window = week_window(self._now, platform.zone)
+        async with self._connection() as conn:
+            alerts = await alerts_of_owners(conn, list(owner_ids), window_start=window.start)
+        return [alerts.get(i, []) for i in owner_ids]
 
     async def _fetch(self, statement: TextClause, ids: Sequence[int]) -> list[Row]:
         async with self._connection() as conn:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from decimal import Decimal
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -67,6 +68,8 @@ from agent_engine.api.types import (
     described_mutation,
     parse_id,
 )
+from agent_engine.domain.budget import AlertPercentsError, parse_alert_percents
+from agent_engine.domain.money import MoneyError, parse_currency, parse_price
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
 from agent_engine.runs import model_slots
@@ -433,8 +436,10 @@ class Mutation:
             max_concurrent_runs=None if limit is strawberry.UNSET else limit,
             keep_max_concurrent_runs=limit is strawberry.UNSET,
         )
+        prices = _price_changes(input)
         async with _transaction(info) as conn:
             saved = await admin_service.upsert_model(conn, model_id, draft)
+            await admin_service.set_model_prices(conn, saved.id, prices)
             row = (
                 (
                     await conn.execute(
@@ -504,6 +509,26 @@ class Mutation:
                     "input.iterationCap", f"must be between 1 and {MAX_ITERATION_CAP}"
                 )
             changes["iteration_cap"] = iteration_cap
+        if input.currency is not strawberry.UNSET:
+            if input.currency is None:
+                raise BadUserInput("input.currency", "cannot be null")
+            try:
+                changes["currency"] = parse_currency(input.currency)
+            except MoneyError as exc:
+                raise BadUserInput("input.currency", str(exc)) from exc
+        if input.budget_alert_percents is not strawberry.UNSET:
+            if input.budget_alert_percents is None:
+                raise BadUserInput(
+                    "input.budgetAlertPercents", "cannot be null; an empty list records no alerts"
+                )
+            try:
+                changes["budget_alert_percents"] = list(
+                    parse_alert_percents(input.budget_alert_percents)
+                )
+            except AlertPercentsError as exc:
+                raise BadUserInput("input.budgetAlertPercents", str(exc)) from exc
+        # Settings changes (currency and alert thresholds included) go through the one
+        # update_platform_settings path, where they can be audited as a whole.
         async with _transaction(info) as conn:
             await admin_service.update_platform_settings(conn, changes, now=info.context.now)
             from agent_engine.db.platform import load_platform_settings
@@ -541,6 +566,27 @@ def _checked_base_url(field: str, value: str | None) -> str | None:
             "in the environment variable named by apiKeyEnv",
         )
     return value
+
+
+# The price fields of AgentModelInput and their GraphQL names.
+_PRICE_FIELDS = {
+    "input_price_per_million": "input.inputPricePerMillion",
+    "output_price_per_million": "input.outputPricePerMillion",
+}
+
+
+def _price_changes(input: AgentModelInput) -> dict[str, Decimal | None]:
+    """The prices the input sets: absent = unchanged, null = not priced, else a valid price."""
+    changes: dict[str, Decimal | None] = {}
+    for name, field in _PRICE_FIELDS.items():
+        value = getattr(input, name)
+        if value is strawberry.UNSET:
+            continue
+        try:
+            changes[name] = parse_price(value) if value is not None else None
+        except MoneyError as exc:
+            raise BadUserInput(field, str(exc)) from exc
+    return changes
 
 
 def _zone_name(field: str, value: str | None) -> str:

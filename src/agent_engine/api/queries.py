@@ -4,6 +4,7 @@ not leaked); admins see everything, and the admin-only fields are FORBIDDEN to o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import strawberry
@@ -11,14 +12,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.context import Context
-from agent_engine.api.errors import NotFound
+from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import page_size
 from agent_engine.api.types import (
     Agent,
     AgentConnection,
     AgentModel,
     AgentStatus,
+    BudgetAlert,
     Info,
+    OwnerSpend,
     PlatformSettings,
     Run,
     RunConnection,
@@ -29,6 +32,9 @@ from agent_engine.api.types import (
     described,
     parse_id,
 )
+from agent_engine.domain.budget import week_window
+from agent_engine.runs.alerts import newest_alerts
+from agent_engine.runs.spend import spend_by_owner
 
 Row = dict[str, Any]
 
@@ -197,6 +203,47 @@ class Query:
     async def platform_settings(self, info: Info) -> PlatformSettings:
         info.context.require_admin()
         return PlatformSettings.from_value(await info.context.loaders.platform())
+
+    @described(
+        description=(
+            "Admin only. Budget alerts, newest first; `after` is the id of the last alert already "
+            "seen, `ownerId` keeps one owner's."
+        )
+    )
+    async def admin_budget_alerts(
+        self,
+        info: Info,
+        first: int = 50,
+        after: str | None = None,
+        owner_id: strawberry.ID | None = None,
+    ) -> list[BudgetAlert]:
+        info.context.require_admin()
+        async with info.context.engine.connect() as conn:
+            alerts = await newest_alerts(
+                conn,
+                limit=page_size(first),
+                after=parse_id(after, "after") if after is not None else None,
+                owner_id=parse_id(owner_id, "ownerId") if owner_id is not None else None,
+            )
+        return [BudgetAlert.from_value(alert) for alert in alerts]
+
+    @described(
+        description=(
+            "Admin only. Spend per owner for the budget week that contains windowStart "
+            "(default: this week), most tokens first."
+        )
+    )
+    async def admin_spend(
+        self, info: Info, window_start: datetime | None = None
+    ) -> list[OwnerSpend]:
+        info.context.require_admin()
+        if window_start is not None and window_start.tzinfo is None:
+            raise BadUserInput("windowStart", "must carry a UTC offset, e.g. 2025-03-09T00:00:00Z")
+        platform = await info.context.loaders.platform()
+        window = week_window(window_start or info.context.now, platform.zone)
+        async with info.context.engine.connect() as conn:
+            spend = await spend_by_owner(conn, window=window)
+        return [OwnerSpend.from_value(value) for value in spend]
 
 
 __all__ = ["Context", "Query", "fetch_owned_agents", "fetch_runs", "visible_agent"]

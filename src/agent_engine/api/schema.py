@@ -17,6 +17,7 @@ from strawberry.schema.config import StrawberryConfig
 from agent_engine.api.errors import ErrorPolicy
 from agent_engine.api.mutations import Mutation
 from agent_engine.api.queries import Query
+from agent_engine.api.scalars import SCALAR_MAP
 from agent_engine.api.types import RunEvent
 
 SUBSCRIPTIONS_MODULE = "agent_engine.api.subscriptions"
@@ -50,7 +51,7 @@ def build_schema(
         subscription=subscription_type(),
         types=[RunEvent],
         extensions=[*extensions, ErrorPolicy],
-        config=StrawberryConfig(batching_config=None),
+        config=StrawberryConfig(batching_config=None, scalar_map=SCALAR_MAP),
     )
 
 

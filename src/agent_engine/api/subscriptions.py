@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 import strawberry
 
+from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
 from agent_engine.api.errors import ApiError
 from agent_engine.api.events import RunEventHub, SubscriberTooSlow
 from agent_engine.api.queries import visible_agent
-from agent_engine.api.types import Budget, Info, Run, RunEvent, RunState, parse_id
+from agent_engine.api.types import Budget, BudgetAlert, Info, Run, RunEvent, RunState, parse_id
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.runs.budget import owner_budget
 
@@ -74,7 +75,27 @@ async def _budgets(context: Context, owner_id: int) -> AsyncGenerator[Budget, No
             context.refresh()
             async with context.engine.connect() as conn:
                 value = await owner_budget(conn, owner_id, now=context.now)
-            yield Budget.from_value(value)
+            yield Budget.from_value(value, owner_id=owner_id)
+    except SubscriberTooSlow as exc:
+        raise SubscriberLagged(str(exc)) from exc
+    finally:
+        subscriber.close()
+
+
+def _alert_feed(context: Context) -> BudgetAlertFeed:
+    if context.alert_feed is None:
+        raise RuntimeError("budgetAlerts needs the alert feed of the api process")
+    return context.alert_feed
+
+
+async def _budget_alerts(
+    context: Context, owner_id: int | None
+) -> AsyncGenerator[BudgetAlert, None]:
+    subscriber = _alert_feed(context).subscribe(owner_id=owner_id)
+    try:
+        async for alert in subscriber.alerts():
+            context.refresh()
+            yield BudgetAlert.from_value(alert)
     except SubscriberTooSlow as exc:
         raise SubscriberLagged(str(exc)) from exc
     finally:
@@ -108,6 +129,16 @@ class Subscription:
         viewer = info.context.require_viewer()
         _hub(info.context)
         return _budgets(info.context, viewer.user_id)
+
+    @described_subscription(
+        description=(
+            "Budget alerts as they are recorded: the viewer's own, or every owner's for an admin."
+        )
+    )
+    async def budget_alerts(self, info: Info) -> AsyncGenerator[BudgetAlert, None]:
+        viewer = info.context.require_viewer()
+        _alert_feed(info.context)
+        return _budget_alerts(info.context, None if viewer.is_admin else viewer.user_id)
 
 
 __all__ = ["Subscription"]

@@ -11,6 +11,7 @@ import binascii
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any, TypeVar, cast
 
@@ -22,11 +23,16 @@ from strawberry.types.nodes import SelectedField, Selection
 from agent_engine.api.context import Context
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
+from agent_engine.api.scalars import DecimalText, decimal_text
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
 from agent_engine.db.platform import zone_or_utc
 from agent_engine.domain import gate
 from agent_engine.domain.budget import Budget as BudgetValue
+from agent_engine.domain.forecast import forecast_budget
 from agent_engine.domain.schedule import next_slots, parse_schedule
+from agent_engine.runs import alerts as alert_rows
+from agent_engine.runs.spend import OwnerSpend as OwnerSpendValue
+from agent_engine.runs.spend import agent_paces
 from agent_engine.runtime.tools.registry import core_tools
 
 Row = dict[str, Any]
@@ -185,6 +191,15 @@ class AgentModel:
             " rest wait QUEUED. null = no limit."
         )
     )
+    input_price_per_million: DecimalText | None = strawberry.field(
+        description=(
+            "Price per million prompt (input) tokens, in PlatformSettings.currency; "
+            "null = not priced."
+        )
+    )
+    output_price_per_million: DecimalText | None = strawberry.field(
+        description="Price per million completion (output) tokens; null = not priced."
+    )
 
     @classmethod
     def from_row(cls, row: Row) -> AgentModel:
@@ -196,6 +211,8 @@ class AgentModel:
             model=row["model"],
             is_default=row["is_default"],
             max_concurrent_runs=row.get("max_concurrent_runs"),
+            input_price_per_million=_decimal_or_none(row.get("input_price_per_million")),
+            output_price_per_million=_decimal_or_none(row.get("output_price_per_million")),
         )
 
     # Where a model lives and which variable holds its key are the operator's business.
@@ -216,6 +233,10 @@ class AgentModel:
     )
     def api_key_env(self, info: Info) -> str | None:
         return cast(str | None, self.row["api_key_env"]) if _viewer_is_admin(info) else None
+
+
+def _decimal_or_none(value: Decimal | None) -> DecimalText | None:
+    return decimal_text(value) if value is not None else None
 
 
 @strawberry.type
@@ -266,6 +287,8 @@ def schedule_from_json(value: dict[str, Any] | None) -> IntervalSchedule | Calen
     description="The owner's spend this calendar week (Sunday 00:00 in the organisation zone)."
 )
 class Budget:
+    owner_id: strawberry.Private[int]
+    value: strawberry.Private[BudgetValue]
     cap_tokens: int | None = strawberry.field(description="null when no cap is configured")
     used_tokens: int
     remaining_tokens: int | None = strawberry.field(description="null when no cap is configured")
@@ -275,8 +298,10 @@ class Budget:
     timezone: str
 
     @classmethod
-    def from_value(cls, budget: BudgetValue) -> Budget:
+    def from_value(cls, budget: BudgetValue, *, owner_id: int) -> Budget:
         return cls(
+            owner_id=owner_id,
+            value=budget,
             cap_tokens=budget.cap_tokens,
             used_tokens=budget.used_tokens,
             remaining_tokens=budget.remaining_tokens,
@@ -286,6 +311,121 @@ class Budget:
             timezone=str(budget.window.timezone),
         )
 
+    @described(
+        description=(
+            "The week's spend priced per run; null when no run of the week had a priced model."
+        )
+    )
+    async def used_cost(self, info: Info) -> DecimalText | None:
+        return _decimal_or_none(await info.context.loaders.budget_cost.load(self.owner_id))
+
+    @strawberry.field
+    async def forecast(self, info: Info) -> BudgetForecast:
+        loaders = info.context.loaders
+        agents = [
+            row
+            for row in await loaders.agents_of_owner.load(self.owner_id)
+            if row["next_run_at"] is not None
+        ]
+        ids = [int(row["id"]) for row in agents]
+        expected = dict(zip(ids, await loaders.expected_tokens.load_many(ids), strict=True))
+        zone = await _owner_zone(info, self.owner_id)
+        value = forecast_budget(
+            self.value, agent_paces(agents, expected, zone=zone), now=info.context.now
+        )
+        return BudgetForecast(
+            projected_tokens=value.projected_tokens,
+            exhausts_at=value.exhausts_at,
+            agents_without_history=value.agents_without_history,
+        )
+
+
+@strawberry.type(
+    description=(
+        "What the owner's enabled agents will spend by windowEnd at their current pace: each "
+        "remaining schedule slot in the window costs that agent's expectedTokensPerRun."
+    )
+)
+class BudgetForecast:
+    projected_tokens: int = strawberry.field(
+        description="usedTokens plus the expected spend of every remaining slot before windowEnd."
+    )
+    exhausts_at: datetime | None = strawberry.field(
+        description=(
+            "The slot at which the projected spend first reaches the cap; null when it does not "
+            "within the window, there is no cap, or the week's spend has reached it already "
+            "(exceeded)."
+        )
+    )
+    agents_without_history: int = strawberry.field(
+        description=(
+            "Scheduled agents left out of the projection because they have no run history yet."
+        )
+    )
+
+
+@strawberry.type(description="One owner's spend in one budget week.")
+class OwnerSpend:
+    owner_id: strawberry.Private[int]
+    tokens: int
+    cost: DecimalText | None = strawberry.field(
+        description="null when none of the week's runs was priced"
+    )
+    runs: int = strawberry.field(description="The week's runs that were not skipped.")
+
+    @classmethod
+    def from_value(cls, value: OwnerSpendValue) -> OwnerSpend:
+        return cls(
+            owner_id=value.owner_id,
+            tokens=value.tokens,
+            cost=_decimal_or_none(value.cost),
+            runs=value.runs,
+        )
+
+    @strawberry.field
+    async def owner(self, info: Info) -> User:
+        return await _user(info, self.owner_id)
+
+
+@strawberry.type(
+    description=(
+        "An owner's spend crossed a threshold of the cap; recorded once per owner, week and "
+        "threshold."
+    )
+)
+class BudgetAlert:
+    owner_id: strawberry.Private[int]
+    id: strawberry.ID
+    percent: int = strawberry.field(description="One of PlatformSettings.budgetAlertPercents.")
+    used_tokens: int = strawberry.field(description="The week's spend when it was recorded.")
+    cap_tokens: int = strawberry.field(description="The cap when it was recorded.")
+    window_start: datetime
+    crossed_at: datetime
+
+    @classmethod
+    def from_value(cls, alert: alert_rows.BudgetAlert) -> BudgetAlert:
+        return cls(
+            owner_id=alert.owner_id,
+            id=strawberry.ID(str(alert.id)),
+            percent=alert.percent,
+            used_tokens=alert.used_tokens,
+            cap_tokens=alert.cap_tokens,
+            window_start=alert.window_start,
+            crossed_at=alert.crossed_at,
+        )
+
+    @strawberry.field
+    async def owner(self, info: Info) -> User:
+        return await _user(info, self.owner_id)
+
+
+async def _user(info: Info, user_id: int) -> User:
+    row = await info.context.loaders.user.load(user_id)
+    if row is None:  # the FKs cascade: spend and alerts never outlive their owner
+        raise LookupError(f"user {user_id} vanished")
+    platform = await info.context.loaders.platform()
+    return User.from_row(row, platform_zone=platform.timezone)
+
 
 @strawberry.type
 class PlatformSettings:
@@ -293,6 +433,15 @@ class PlatformSettings:
     timezone: str
     platform_prompt: str
     iteration_cap: int
+    currency: str = strawberry.field(
+        description="ISO 4217 code the model prices are in; default USD."
+    )
+    budget_alert_percents: list[int] = strawberry.field(
+        description=(
+            "Thresholds, in percent of the cap, that record a BudgetAlert when crossed; "
+            "default [80, 100]."
+        )
+    )
 
     @classmethod
     def from_value(cls, value: PlatformSettingsRow) -> PlatformSettings:
@@ -301,6 +450,8 @@ class PlatformSettings:
             timezone=value.timezone,
             platform_prompt=value.platform_prompt,
             iteration_cap=value.iteration_cap,
+            currency=value.currency,
+            budget_alert_percents=list(value.budget_alert_percents),
         )
 
 
@@ -328,6 +479,16 @@ class Run:
     created_at: datetime
     # The agent's owner when the caller knows it (else `output` looks it up).
     owner_id: strawberry.Private[int | None] = None
+    prompt_tokens: int = strawberry.field(
+        description="Provider-reported prompt tokens; promptTokens + completionTokens = tokensUsed."
+    )
+    completion_tokens: int
+    cost: DecimalText | None = strawberry.field(
+        description=(
+            "tokens priced at the model's prices at the time of the run; null when the model has "
+            "no prices."
+        )
+    )
 
     @classmethod
     def from_row(cls, row: Row, *, owner_id: int | None = None) -> Run:
@@ -336,6 +497,9 @@ class Run:
         return cls(
             row=row,
             owner_id=owner_id,
+            prompt_tokens=int(row.get("prompt_tokens") or 0),
+            completion_tokens=int(row.get("completion_tokens") or 0),
+            cost=_decimal_or_none(row.get("cost")),
             id=strawberry.ID(str(row["id"])),
             trigger=RunTrigger(row["trigger"]),
             state=RunState(row["state"]),
@@ -551,6 +715,15 @@ class Agent:
             return self._run(row) if row else None
         return awaited_later(self._load_run(info.context.loaders.last_run))
 
+    @described(
+        description=(
+            "Median tokensUsed of this agent's last 10 SUCCEEDED or FAILED runs; null without "
+            "history."
+        )
+    )
+    async def expected_tokens_per_run(self, info: Info) -> int | None:
+        return await info.context.loaders.expected_tokens.load(int(self.row["id"]))
+
     async def _load_run(self, loader: DataLoader[int, Row | None]) -> Run | None:
         row = await loader.load(int(self.row["id"]))
         return self._run(row) if row else None
@@ -666,7 +839,13 @@ class Viewer:
 
     @strawberry.field
     async def budget(self, info: Info) -> Budget:
-        return Budget.from_value(await info.context.loaders.budget.load(self.viewer_id))
+        value = await info.context.loaders.budget.load(self.viewer_id)
+        return Budget.from_value(value, owner_id=self.viewer_id)
+
+    @described(description="This week's alerts for the viewer's own spend.")
+    async def budget_alerts(self, info: Info) -> list[BudgetAlert]:
+        alerts = await info.context.loaders.alerts_this_week.load(self.viewer_id)
+        return [BudgetAlert.from_value(alert) for alert in alerts]
 
 
 def _selected_names(fields: list[Selection]) -> set[str]:
@@ -748,6 +927,10 @@ class AgentModelInput:
         default=strawberry.UNSET,
         description="Absent: unchanged (on create: no limit). Explicit null: no limit.",
     )
+    input_price_per_million: DecimalText | None = strawberry.field(
+        default=strawberry.UNSET, description="Absent: unchanged. Explicit null: not priced."
+    )
+    output_price_per_million: DecimalText | None = strawberry.UNSET
 
 
 @strawberry.input
@@ -758,3 +941,5 @@ class PlatformSettingsInput:
     timezone: str | None = strawberry.UNSET
     platform_prompt: str | None = strawberry.UNSET
     iteration_cap: int | None = strawberry.UNSET
+    currency: str | None = strawberry.UNSET
+    budget_alert_percents: list[int] | None = strawberry.UNSET

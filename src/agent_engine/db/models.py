@@ -9,6 +9,7 @@ Database-held behaviour (triggers) is created by the migrations, see `db/ddl.py`
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
     Text,
     UniqueConstraint,
     func,
@@ -83,6 +85,13 @@ class AgentModel(Base):
             unique=True,
             postgresql_where=text("is_default"),
         ),
+        *(
+            CheckConstraint(
+                f"{column} IS NULL OR ({column} >= 0 AND {column} <= 10000)",
+                name=f"{column}_range",
+            )
+            for column in ("input_price_per_million", "output_price_per_million")
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -95,6 +104,9 @@ class AgentModel(Base):
     created_at: Mapped[datetime] = _created_at()
     # At most this many runs of the model `running` at once across all workers; NULL = no limit.
     max_concurrent_runs: Mapped[int | None] = mapped_column(Integer)
+    # Prices per million prompt / completion tokens in the platform currency; NULL = not priced.
+    input_price_per_million: Mapped[Decimal | None] = mapped_column(Numeric)
+    output_price_per_million: Mapped[Decimal | None] = mapped_column(Numeric)
 
 
 class Tool(Base):
@@ -244,6 +256,14 @@ class AgentRun(Base):
         ),
         # Run journal paging, newest first.
         Index("ix_agent_runs_journal", "agent_id", text("id DESC")),
+        # An agent's pace (issue 17): its newest runs that ran, with their tokens, index-only.
+        Index(
+            "ix_agent_runs_pace",
+            "agent_id",
+            text("id DESC"),
+            postgresql_include=["tokens_used"],
+            postgresql_where=text("state IN ('succeeded', 'failed')"),
+        ),
         # Reaper: unfinished runs by age, a small partial index.
         Index(
             "ix_agent_runs_unfinished",
@@ -280,6 +300,34 @@ class AgentRun(Base):
     model_id: Mapped[int | None] = mapped_column(BigInteger)
     # When the reaper last re-sent the execute message (NULL: only the first send) (e0003).
     last_sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # --- the provider's token split (also added by the transcript issue, 16) ---
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # --- spend (issue 17) ---
+    # Fixed when the run finishes, from its model's prices then (trigger); NULL = not priced.
+    cost: Mapped[Decimal | None] = mapped_column(Numeric)
+
+
+class BudgetAlert(Base):
+    """An owner's week crossed a threshold of the cap: once per owner, week and percent."""
+
+    __tablename__ = "budget_alerts"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "window_start", "percent"),
+        CheckConstraint("percent >= 1 AND percent <= 100", name="percent_range"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False
+    )
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    percent: Mapped[int] = mapped_column(Integer, nullable=False)
+    used_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    cap_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    crossed_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
 
 
 class AgentTool(Base):
@@ -305,4 +353,4 @@ PLATFORM_TABLES = (
     "kb_document_grants",
     "kb_document_links",
 )
-ENGINE_TABLES = ("agents", "agent_runs", "agent_tools")
+ENGINE_TABLES = ("agents", "agent_runs", "agent_tools", "budget_alerts")

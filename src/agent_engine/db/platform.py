@@ -9,10 +9,19 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.domain.budget import (
+    DEFAULT_ALERT_PERCENTS,
+    AlertPercentsError,
+    parse_alert_percents,
+)
+from agent_engine.domain.money import DEFAULT_CURRENCY, MoneyError, parse_currency
+
 WEEKLY_TOKEN_CAP = "agent_weekly_token_cap"
 TIMEZONE = "timezone"
 PLATFORM_PROMPT = "agent_platform_prompt"
 ITERATION_CAP = "agent_iteration_cap"
+CURRENCY = "currency"
+BUDGET_ALERT_PERCENTS = "agent_budget_alert_percents"
 
 DEFAULT_TIMEZONE = "UTC"
 DEFAULT_ITERATION_CAP = 8
@@ -24,6 +33,8 @@ class PlatformSettings:
     timezone: str = DEFAULT_TIMEZONE
     platform_prompt: str = ""
     iteration_cap: int = DEFAULT_ITERATION_CAP
+    currency: str = DEFAULT_CURRENCY
+    budget_alert_percents: tuple[int, ...] = DEFAULT_ALERT_PERCENTS
 
     @property
     def zone(self) -> ZoneInfo:
@@ -38,7 +49,27 @@ class PlatformSettings:
             timezone=str(values.get(TIMEZONE) or DEFAULT_TIMEZONE),
             platform_prompt=str(values.get(PLATFORM_PROMPT) or ""),
             iteration_cap=DEFAULT_ITERATION_CAP if iteration_cap is None else int(iteration_cap),
+            currency=_stored_currency(values.get(CURRENCY)),
+            budget_alert_percents=_stored_alert_percents(values.get(BUDGET_ALERT_PERCENTS)),
         )
+
+
+def _stored_currency(value: Any) -> str:
+    """A stored currency, or the default when unset or not a code (a hand-edited row)."""
+    try:
+        return parse_currency(value) if isinstance(value, str) else DEFAULT_CURRENCY
+    except MoneyError:
+        return DEFAULT_CURRENCY
+
+
+def _stored_alert_percents(value: Any) -> tuple[int, ...]:
+    """Stored thresholds, or the default when unset or invalid (a hand-edited row)."""
+    if not isinstance(value, list):
+        return DEFAULT_ALERT_PERCENTS
+    try:
+        return parse_alert_percents(value)
+    except AlertPercentsError:
+        return DEFAULT_ALERT_PERCENTS
 
 
 def zone_or_utc(name: str | None) -> ZoneInfo:

@@ -3,11 +3,16 @@
 The window is the calendar week from Sunday 00:00 to the next Sunday 00:00 in the organisation
 zone, so it lasts 168 hours give or take the week's DST shift (167 or 169 hours; 167.5 or 168.5
 in Australia/Lord_Howe). The cap covers all of an owner's agents; no cap means unlimited.
+
+Alerts: the platform's `budgetAlertPercents` are thresholds in percent of the cap; one is reached
+when the week's spend is at least that share of the cap (recorded once per owner and week).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -65,3 +70,44 @@ class Budget:
     @property
     def exceeded(self) -> bool:
         return self.cap_tokens is not None and self.used_tokens >= self.cap_tokens
+
+
+# --- alerts (DESIGN §10) ------------------------------------------------------------------------
+
+DEFAULT_ALERT_PERCENTS: tuple[int, ...] = (80, 100)
+MIN_ALERT_PERCENT = 1
+MAX_ALERT_PERCENT = 100
+
+
+class AlertPercentsError(ValueError):
+    """Thresholds that are not 1-100, sorted and unique."""
+
+
+def parse_alert_percents(values: Sequence[int]) -> tuple[int, ...]:
+    """Thresholds in percent of the cap: each 1-100, ascending, no duplicates (empty: no alerts)."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AlertPercentsError(f"each threshold must be a whole number (got {value!r})")
+        if not MIN_ALERT_PERCENT <= value <= MAX_ALERT_PERCENT:
+            raise AlertPercentsError(
+                f"each threshold must be between {MIN_ALERT_PERCENT} and {MAX_ALERT_PERCENT}"
+                f" (got {value})"
+            )
+    if any(later <= earlier for earlier, later in itertools.pairwise(values)):
+        raise AlertPercentsError(
+            f"thresholds must be sorted ascending without duplicates (got {list(values)})"
+        )
+    return tuple(values)
+
+
+def thresholds_reached(
+    used_tokens: int, cap_tokens: int | None, percents: Sequence[int]
+) -> list[int]:
+    """The thresholds the week's spend has reached: used >= percent % of the cap; none without a
+    cap.
+
+    Integer arithmetic, so 80 % of a cap of 15 is reached at 12 tokens exactly, not at 11.999….
+    """
+    if cap_tokens is None:
+        return []
+    return [p for p in percents if used_tokens * 100 >= cap_tokens * p]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -62,6 +62,11 @@ _SNAPSHOT_SQL = text(
         FROM agents WHERE next_run_at IS NOT NULL AND next_run_at <= now()
     """
 )
+
+
+# Budget alerts ever recorded, by threshold: a counter read from the table (a few rows per owner
+# and week), so every replica reports the same, whichever worker recorded them.
+_BUDGET_ALERTS_SQL = text("SELECT percent, count(*) FROM budget_alerts GROUP BY percent")
 
 
 async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
@@ -112,7 +117,14 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
     tokens.add_metric([], token_total)
     lag.add_metric([], lag_seconds)
     stale.add_metric([], stale_count)
-    return [finished, unfinished, tokens, duration, lag, stale]
+    alerts = CounterMetricFamily(
+        "agent_engine_budget_alerts",
+        "Budget alerts recorded (an owner's week crossed a threshold of the cap), by percent.",
+        labels=["percent"],
+    )
+    for percent, count in await conn.execute(_BUDGET_ALERTS_SQL):
+        alerts.add_metric([str(percent)], float(count))
+    return [finished, unfinished, tokens, duration, lag, stale, alerts]
 
 
 class _Snapshot:

@@ -32,6 +32,7 @@ from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
 from agent_engine.runs import model_slots
+from agent_engine.runs.alerts import record_alerts_after_finish
 from agent_engine.runs.budget import owners_over_budget
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.context import (
@@ -87,13 +88,19 @@ _FAIL_AT_CLAIM_SQL = text(
 )
 
 _HEARTBEAT_SQL = text(
-    "UPDATE agent_runs SET heartbeat_at = now(), tokens_used = GREATEST(tokens_used, :tokens)"
+    "UPDATE agent_runs SET heartbeat_at = now(), tokens_used = GREATEST(tokens_used, :tokens),"
+    " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
+    " completion_tokens = GREATEST(completion_tokens, :completion_tokens)"
     " WHERE id = :run_id AND state = 'running'"
 )
 
+# The finish also fixes the run's cost: a trigger prices its tokens at the model's prices now.
 _FINISH_SQL = text(
     "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
-    " tokens_used = GREATEST(tokens_used, :tokens), finished_at = :now, heartbeat_at = now()"
+    " tokens_used = GREATEST(tokens_used, :tokens),"
+    " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
+    " completion_tokens = GREATEST(completion_tokens, :completion_tokens),"
+    " finished_at = :now, heartbeat_at = now()"
     " WHERE id = :run_id AND state = 'running'"
 )
 
@@ -130,10 +137,16 @@ class _TokenMeter:
 
     def __init__(self) -> None:
         self.total = 0
+        self.prompt = 0
+        self.completion = 0
 
     def record(self, tokens: int) -> None:
         # The runtime reports the running total; max() also tolerates a repeated report.
         self.total = max(self.total, int(tokens))
+
+    def record_usage(self, prompt: int, completion: int) -> None:
+        self.prompt = max(self.prompt, int(prompt))
+        self.completion = max(self.completion, int(completion))
 
 
 async def execute_run(
@@ -227,13 +240,19 @@ async def _execute(
     meter = _TokenMeter()
     if ctx is None:
         return await _fail(
-            engine, run_id, now=now_fn(), error="the run's agent or model is gone", tokens=0
+            engine, run_id, now=now_fn(), error="the run's agent or model is gone", meter=meter
         )
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
     deadline = asyncio.get_running_loop().time() + run_timeout.total_seconds()
     work = asyncio.ensure_future(
-        runtime.execute(ctx, now=now_fn(), on_tokens=meter.record, deadline=deadline)
+        runtime.execute(
+            ctx,
+            now=now_fn(),
+            on_tokens=meter.record,
+            on_usage=meter.record_usage,
+            deadline=deadline,
+        )
     )
     beat = asyncio.ensure_future(
         _heartbeat(engine, run_id, interval=heartbeat_interval, meter=meter)
@@ -246,7 +265,7 @@ async def _execute(
         # Worker shutdown: release the agent now rather than after STALE_AFTER, then let the
         # cancellation go on.
         await _cancel(work, beat)
-        await _fail(engine, run_id, now=now_fn(), error=INTERRUPTED_ERROR, tokens=meter.total)
+        await _fail(engine, run_id, now=now_fn(), error=INTERRUPTED_ERROR, meter=meter)
         raise
     if work not in done:
         await _cancel(work, beat)
@@ -258,7 +277,7 @@ async def _execute(
             run_id,
             now=now_fn(),
             error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
-            tokens=meter.total,
+            meter=meter,
         )
     await _cancel(beat)
     try:
@@ -266,7 +285,7 @@ async def _execute(
     except Exception as exc:
         log.exception("run %s: the runtime raised", run_id)
         return await _fail(
-            engine, run_id, now=now_fn(), error=f"{type(exc).__name__}: {exc}", tokens=meter.total
+            engine, run_id, now=now_fn(), error=f"{type(exc).__name__}: {exc}", meter=meter
         )
     return await _finish(
         engine,
@@ -277,6 +296,8 @@ async def _execute(
         output=outcome.output,
         error=outcome.error,
         tokens=max(int(outcome.tokens_used), meter.total),
+        prompt_tokens=max(outcome.prompt_tokens, meter.prompt),
+        completion_tokens=max(outcome.completion_tokens, meter.completion),
     )
 
 
@@ -344,7 +365,14 @@ async def _heartbeat(
         await asyncio.sleep(interval.total_seconds())
         try:
             rowcount = await _write_one(
-                engine, _HEARTBEAT_SQL, {"run_id": run_id, "tokens": meter.total}
+                engine,
+                _HEARTBEAT_SQL,
+                {
+                    "run_id": run_id,
+                    "tokens": meter.total,
+                    "prompt_tokens": meter.prompt,
+                    "completion_tokens": meter.completion,
+                },
             )
         except Exception:
             # A database blip must not kill the run; STALE_AFTER spans several beats.
@@ -362,6 +390,8 @@ async def _finish(
     state: RunState,
     reason: RunReason | None,
     tokens: int,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
     output: str | None = None,
     error: str | None = None,
 ) -> RunState | None:
@@ -373,6 +403,8 @@ async def _finish(
         "output": output,
         "error": error,
         "tokens": tokens,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
     }
     delay = FINISH_RETRY_FIRST_DELAY_SECONDS
     give_up_at = asyncio.get_running_loop().time() + FINISH_RETRY_SECONDS
@@ -394,6 +426,11 @@ async def _finish(
     log.info(
         "run %s finished: %s%s, %d tokens", run_id, state, f"/{reason}" if reason else "", tokens
     )
+    # --- spend at finish (issue 17) -- the one call of the finishing path ---------------------
+    # The finish above fixed the run's cost (a trigger). Now the owner's budget thresholds it
+    # took the week across are recorded, once each (see runs/alerts.py for why this is race-safe
+    # after the commit). Never raises.
+    await record_alerts_after_finish(engine, run_id, now=now)
     return state
 
 
@@ -416,7 +453,7 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
 
 
 async def _fail(
-    engine: AsyncEngine, run_id: int, *, now: datetime, error: str, tokens: int
+    engine: AsyncEngine, run_id: int, *, now: datetime, error: str, meter: _TokenMeter
 ) -> RunState | None:
     """running → failed/error with the detail, like every other finish a compare-and-set."""
     return await _finish(
@@ -426,7 +463,9 @@ async def _fail(
         state=RunState.FAILED,
         reason=RunReason.ERROR,
         error=error,
-        tokens=tokens,
+        tokens=meter.total,
+        prompt_tokens=meter.prompt,
+        completion_tokens=meter.completion,
     )
 
 

@@ -76,6 +76,9 @@ class RunOutcome:
     output: str | None
     error: str | None
     tokens_used: int
+    # The provider's split of tokens_used (prompt + completion = tokens_used).
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 def truncate(text: str, limit: int) -> str:
@@ -156,10 +159,13 @@ class Runtime:
         now: datetime,
         on_tokens: Callable[[int], None] | None = None,
         deadline: float | None = None,
+        on_usage: Callable[[int, int], None] | None = None,
     ) -> RunOutcome:
-        """Run the loop. `deadline` (event-loop time) is the run's wall-clock end: providers wait
-        out rate limits only up to it."""
+        """Run the loop. `on_tokens` gets the running total after each model call, `on_usage`
+        the running (prompt, completion) split. `deadline` (event-loop time) is the run's
+        wall-clock end: providers wait out rate limits only up to it."""
         tokens = 0
+        prompt_tokens = completion_tokens = 0
         texts: list[str] = []
 
         def partial() -> str | None:
@@ -167,7 +173,15 @@ class Runtime:
             return truncate(joined, self._max_output_chars) if joined else None
 
         def failed(reason: str, error: str) -> RunOutcome:
-            return RunOutcome(FAILED, reason, partial(), truncate(error, MAX_ERROR_CHARS), tokens)
+            return RunOutcome(
+                FAILED,
+                reason,
+                partial(),
+                truncate(error, MAX_ERROR_CHARS),
+                tokens,
+                prompt_tokens,
+                completion_tokens,
+            )
 
         try:
             provider = await self._provider(ctx.model)
@@ -197,13 +211,20 @@ class Runtime:
                 except ProviderError as exc:
                     return failed(REASON_ERROR, str(exc))
                 tokens += max(reply.tokens_used, 0)
+                prompt, completion = usage_split(reply)
+                prompt_tokens += prompt
+                completion_tokens += completion
                 if on_tokens is not None:
                     on_tokens(tokens)
+                if on_usage is not None:
+                    on_usage(prompt_tokens, completion_tokens)
                 if reply.content and reply.content.strip():
                     texts.append(reply.content.strip())
                 if not reply.tool_calls:
                     output = truncate(reply.content or "", self._max_output_chars)
-                    return RunOutcome(SUCCEEDED, None, output, None, tokens)
+                    return RunOutcome(
+                        SUCCEEDED, None, output, None, tokens, prompt_tokens, completion_tokens
+                    )
                 if iteration == cap:
                     break
                 messages.append(_assistant_message(reply))
@@ -292,6 +313,17 @@ class Runtime:
                 call.name, f"{type(exc).__name__} (details in the worker log)"
             ) from exc
         return truncate(str(result), self._max_tool_result_chars)
+
+
+def usage_split(reply: ModelReply) -> tuple[int, int]:
+    """(prompt, completion) of one reply, summing to its `tokens_used`. Without a reported split
+    (an estimate, a server without usage) every token counts as a prompt token."""
+    used = max(reply.tokens_used, 0)
+    prompt = reply.raw_usage.get("prompt_tokens")
+    if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+        prompt = min(prompt, used)
+        return prompt, used - prompt
+    return used, 0
 
 
 def _assistant_message(reply: ModelReply) -> Message:

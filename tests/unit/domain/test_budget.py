@@ -138,3 +138,25 @@ def test_window_lasts_a_week_give_or_take_the_dst_shift(zone: ZoneInfo, now: dat
     window = week_window(now, zone)
     assert window.duration in {timedelta(hours=h) for h in (167, 167.5, 168, 168.5, 169)}
     assert window.contains(now)
+
+
+# --- alert thresholds ---------------------------------------------------------------------------
+
+
+def test_alert_percents_are_1_to_100_sorted_and_unique() -> None:
+    from agent_engine.domain.budget import AlertPercentsError, parse_alert_percents
+
+    assert parse_alert_percents([80, 100]) == (80, 100)
+    assert parse_alert_percents([]) == ()
+    for bad in ([0, 50], [50, 101], [100, 80], [50, 50], [True]):
+        with pytest.raises(AlertPercentsError):
+            parse_alert_percents(bad)
+
+
+def test_a_threshold_is_reached_at_exactly_its_share_of_the_cap() -> None:
+    from agent_engine.domain.budget import thresholds_reached
+
+    assert thresholds_reached(11, 15, [80, 100]) == []
+    assert thresholds_reached(12, 15, [80, 100]) == [80]  # 80 % of 15 is 12, exactly
+    assert thresholds_reached(15, 15, [50, 100]) == [50, 100]  # one run may cross both
+    assert thresholds_reached(10**9, None, [50, 100]) == []

@@ -1,0 +1,177 @@
+"""Budget alerts: recorded once per owner, week and threshold when finishing runs cross it, seen
+live on the subscription, listed by the queries, counted in /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import dramatiq
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from tests.integration.runs.support import fetch
+from tests.integration.spend.support import SETTINGS, Client
+from tests.integration.subscriptions.support import GraphQLWs, Server, acknowledged_client
+
+OWNER, OTHER = 7, 8
+RUNS = 8
+TOKENS_PER_RUN = 15  # the fake's default usage: 10 prompt + 5 completion
+QUIET_SECONDS = 1.0
+
+ALERTS = """subscription { budgetAlerts { id percent usedTokens capTokens windowStart crossedAt
+  owner { id } } }"""
+VIEWER_ALERTS = "{ viewer { budgetAlerts { id percent usedTokens capTokens } } }"
+ADMIN_ALERTS = """query Alerts($owner: ID) {
+  adminBudgetAlerts(ownerId: $owner) { id percent owner { id } } }"""
+
+
+async def wait_alert_subscribers(server: Server, count: int, within: float = 10.0) -> None:
+    feed = server.app.state.alert_feed
+    deadline = time.monotonic() + within
+    while feed.subscriber_count != count:
+        assert time.monotonic() < deadline, f"{feed.subscriber_count} alert subscribers"
+        await asyncio.sleep(0.02)
+
+
+async def alerts_received(ws: GraphQLWs, count: int) -> list[dict[str, Any]]:
+    return [(await ws.next_data("a"))["budgetAlerts"] for _ in range(count)]
+
+
+async def test_racing_runs_record_each_threshold_once_and_it_is_seen_live(
+    client: Client,
+    server: Server,
+    engine: AsyncEngine,
+    fake_openai: FakeOpenAIServer,
+    worker: dramatiq.Worker,
+) -> None:
+    cap = RUNS * TOKENS_PER_RUN
+    await client.admin(
+        SETTINGS, {"input": {"weeklyTokenCap": cap, "budgetAlertPercents": [50, 100]}}
+    )
+    model = await client.fake_model(fake_openai.base_url)
+    agents = [await client.agent(OWNER, model, name=f"a{i}") for i in range(RUNS)]
+    # Slow replies: the runs are in flight together and finish within moments of each other.
+    fake_openai.script(lambda _request: text_reply("ok", delay_seconds=0.5))
+
+    async with (
+        acknowledged_client(server, client.token(OWNER)) as owner_ws,
+        acknowledged_client(server, client.token(OTHER)) as other_ws,
+        acknowledged_client(server, client.token(1, admin=True)) as admin_ws,
+    ):
+        for ws in (owner_ws, other_ws, admin_ws):
+            await ws.subscribe("a", ALERTS)
+        await wait_alert_subscribers(server, 3)
+        runs = await asyncio.gather(*(client.start(OWNER, agent) for agent in agents))
+        finished = await asyncio.gather(*(client.finished_run(OWNER, run) for run in runs))
+        seen_by_owner = await alerts_received(owner_ws, 2)
+        seen_by_admin = await alerts_received(admin_ws, 2)
+        await owner_ws.nothing_for(QUIET_SECONDS)
+        await admin_ws.nothing_for(0)
+        await other_ws.nothing_for(0)
+
+    assert [run["state"] for run in finished] == ["SUCCEEDED"] * RUNS
+    rows = await fetch(engine, "SELECT started_at, finished_at FROM agent_runs")
+    # They raced: every run had started before the first one finished.
+    assert max(r["started_at"] for r in rows) < min(r["finished_at"] for r in rows)
+    stored = await fetch(engine, "SELECT * FROM budget_alerts ORDER BY percent")
+    assert [(a["owner_id"], a["percent"], a["cap_tokens"]) for a in stored] == [
+        (OWNER, 50, cap),
+        (OWNER, 100, cap),
+    ]
+    assert stored[1]["used_tokens"] == cap
+    assert cap // 2 <= stored[0]["used_tokens"] <= cap
+    by_percent = {alert["percent"]: alert for alert in seen_by_owner}
+    assert set(by_percent) == {50, 100}
+    assert by_percent[100]["usedTokens"] == cap and by_percent[100]["capTokens"] == cap
+    assert by_percent[100]["owner"] == {"id": str(OWNER)}
+    assert {a["id"] for a in seen_by_admin} == {a["id"] for a in seen_by_owner}
+    assert {a["id"] for a in seen_by_owner} == {str(a["id"]) for a in stored}
+
+    listed = (await client.data(VIEWER_ALERTS, user=OWNER))["viewer"]["budgetAlerts"]
+    assert [(a["percent"], a["usedTokens"]) for a in listed] == [
+        (50, stored[0]["used_tokens"]),
+        (100, cap),
+    ]
+    assert (await client.data(VIEWER_ALERTS, user=OTHER))["viewer"]["budgetAlerts"] == []
+    newest_first = (await client.admin(ADMIN_ALERTS, {"owner": str(OWNER)}))["adminBudgetAlerts"]
+    assert [int(a["id"]) for a in newest_first] == sorted((a["id"] for a in stored), reverse=True)
+    assert (await client.admin(ADMIN_ALERTS, {"owner": str(OTHER)}))["adminBudgetAlerts"] == []
+    denied = await client.gql(ADMIN_ALERTS, {"owner": str(OWNER)}, user=OWNER)
+    assert denied["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+
+    metrics = (await client.http.get(f"{server.url}/metrics")).text
+    assert 'agent_engine_budget_alerts_total{percent="50"} 1.0' in metrics
+    assert 'agent_engine_budget_alerts_total{percent="100"} 1.0' in metrics
+
+
+async def test_one_run_past_two_thresholds_records_both(
+    client: Client, engine: AsyncEngine, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
+) -> None:
+    await client.admin(
+        SETTINGS, {"input": {"weeklyTokenCap": TOKENS_PER_RUN, "budgetAlertPercents": [50, 100]}}
+    )
+    agent = await client.agent(OWNER, await client.fake_model(fake_openai.base_url))
+
+    await client.run_to_the_end(OWNER, agent)
+
+    listed = (await client.data(VIEWER_ALERTS, user=OWNER))["viewer"]["budgetAlerts"]
+    assert [(a["percent"], a["usedTokens"], a["capTokens"]) for a in listed] == [
+        (50, TOKENS_PER_RUN, TOKENS_PER_RUN),
+        (100, TOKENS_PER_RUN, TOKENS_PER_RUN),
+    ]
+
+
+async def test_a_cap_change_records_only_the_thresholds_newly_crossed_on_the_next_finish(
+    client: Client, engine: AsyncEngine, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
+) -> None:
+    await client.admin(
+        SETTINGS, {"input": {"weeklyTokenCap": 20, "budgetAlertPercents": [50, 100]}}
+    )
+    agent = await client.agent(OWNER, await client.fake_model(fake_openai.base_url))
+
+    await client.run_to_the_end(OWNER, agent)  # 15 of 20: past 50 %
+    assert [a["percent"] for a in await stored_alerts(engine)] == [50]
+
+    # A lower cap alone records nothing: only a finishing run does.
+    await client.admin(SETTINGS, {"input": {"weeklyTokenCap": 16}})
+    assert [a["percent"] for a in await stored_alerts(engine)] == [50]
+
+    await client.run_to_the_end(OWNER, agent)  # 30 of 16: past 100 %, 50 % not again
+    alerts = await stored_alerts(engine)
+    assert [(a["percent"], a["used_tokens"], a["cap_tokens"]) for a in alerts] == [
+        (50, 15, 20),
+        (100, 30, 16),
+    ]
+
+
+async def test_alert_thresholds_and_currency_are_validated_settings(client: Client) -> None:
+    current = await client.admin("{ platformSettings { currency budgetAlertPercents } }")
+    assert current == {"platformSettings": {"currency": "USD", "budgetAlertPercents": [80, 100]}}
+
+    changed = await client.admin(
+        SETTINGS, {"input": {"currency": "eur", "budgetAlertPercents": []}}
+    )
+    assert changed["updatePlatformSettings"]["currency"] == "EUR"
+    assert changed["updatePlatformSettings"]["budgetAlertPercents"] == []
+
+    for field, value in (
+        ("currency", "EURO"),
+        ("currency", "XYZ"),
+        ("currency", None),
+        ("budgetAlertPercents", [100, 80]),
+        ("budgetAlertPercents", [50, 50]),
+        ("budgetAlertPercents", [0, 50]),
+        ("budgetAlertPercents", [101]),
+        ("budgetAlertPercents", None),
+    ):
+        body = await client.gql(SETTINGS, {"input": {field: value}}, user=1, admin=True)
+        (error,) = body["errors"]
+        assert error["extensions"] == {"code": "BAD_USER_INPUT", "field": f"input.{field}"}, value
+    unchanged = await client.admin("{ platformSettings { currency budgetAlertPercents } }")
+    assert unchanged == {"platformSettings": {"currency": "EUR", "budgetAlertPercents": []}}
+
+
+async def stored_alerts(engine: AsyncEngine) -> list[dict[str, Any]]:
+    return await fetch(engine, "SELECT * FROM budget_alerts ORDER BY percent")

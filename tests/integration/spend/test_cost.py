@@ -1,0 +1,98 @@
+"""A run's cost: the provider's token split priced at the model's prices when the run finished."""
+
+from __future__ import annotations
+
+import dramatiq
+import pytest
+
+from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from tests.integration.spend.support import UPSERT_MODEL, Client, model_input
+
+OWNER = 7
+BUDGET_COST = "{ viewer { budget { usedTokens usedCost } } }"
+MODELS = "{ agentModels { id inputPricePerMillion outputPricePerMillion } }"
+MODELS_WITH_NAMES = "{ agentModels { id name inputPricePerMillion outputPricePerMillion } }"
+
+
+async def test_a_run_costs_its_token_split_at_the_prices_of_its_finish(
+    client: Client, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
+) -> None:
+    model = await client.fake_model(
+        fake_openai.base_url, inputPricePerMillion="1.5", outputPricePerMillion="6"
+    )
+    agent = await client.agent(OWNER, model)
+    fake_openai.enqueue(text_reply("Two changes.", prompt_tokens=7, completion_tokens=3))
+
+    first = await client.run_to_the_end(OWNER, agent)
+
+    assert first["state"] == "SUCCEEDED"
+    assert (first["promptTokens"], first["completionTokens"], first["tokensUsed"]) == (7, 3, 10)
+    # 7 x 1.5 / 1M + 3 x 6 / 1M, exactly.
+    assert first["cost"] == "0.0000285"
+
+    # The admin raises the input price: the finished run keeps its cost, the next one pays more.
+    changed = {"id": model, "inputPricePerMillion": "100"}
+    await client.admin(UPSERT_MODEL, {"input": model_input(fake_openai.base_url, **changed)})
+    fake_openai.enqueue(text_reply("One change.", prompt_tokens=7, completion_tokens=3))
+    second = await client.run_to_the_end(OWNER, agent)
+
+    again = await client.finished_run(OWNER, first["id"])
+    assert again["cost"] == "0.0000285"
+    assert second["cost"] == "0.000718"  # 7 x 100 + 3 x 6 (the output price was left unchanged)
+    budget = (await client.data(BUDGET_COST, user=OWNER))["viewer"]["budget"]
+    assert budget == {"usedTokens": 20, "usedCost": "0.0007465"}
+
+
+async def test_an_unpriced_model_gives_no_cost_and_an_explicit_null_unprices(
+    client: Client, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
+) -> None:
+    unpriced = await client.fake_model(fake_openai.base_url)
+    priced = await client.fake_model(
+        fake_openai.base_url, inputPricePerMillion="2", outputPricePerMillion="2"
+    )
+    budget = (await client.data(BUDGET_COST, user=OWNER))["viewer"]["budget"]
+    assert budget == {"usedTokens": 0, "usedCost": None}
+
+    run = await client.run_to_the_end(OWNER, await client.agent(OWNER, unpriced))
+    assert run["state"] == "SUCCEEDED" and run["tokensUsed"] == 15 and run["cost"] is None
+    budget = (await client.data(BUDGET_COST, user=OWNER))["viewer"]["budget"]
+    assert budget == {"usedTokens": 15, "usedCost": None}
+
+    # Absent prices stay; an explicit null removes one, and half a price list prices nothing.
+    unpricing = {"id": priced, "outputPricePerMillion": None}
+    await client.admin(UPSERT_MODEL, {"input": model_input(fake_openai.base_url, **unpricing)})
+    models = {m["id"]: m for m in (await client.data(MODELS, user=OWNER))["agentModels"]}
+    assert models[priced] == {
+        "id": priced,
+        "inputPricePerMillion": "2",
+        "outputPricePerMillion": None,
+    }
+    run = await client.run_to_the_end(OWNER, await client.agent(OWNER, priced))
+    assert run["tokensUsed"] == 15 and run["cost"] is None
+
+
+@pytest.mark.parametrize(
+    ("prices", "field"),
+    [
+        ({"inputPricePerMillion": "-0.5"}, "input.inputPricePerMillion"),
+        ({"outputPricePerMillion": "10000.01"}, "input.outputPricePerMillion"),
+        ({"inputPricePerMillion": "cheap"}, "input.inputPricePerMillion"),
+        ({"outputPricePerMillion": "NaN"}, "input.outputPricePerMillion"),
+    ],
+)
+async def test_a_bad_price_is_refused_naming_the_field_and_changes_nothing(
+    client: Client, fake_openai: FakeOpenAIServer, prices: dict[str, str], field: str
+) -> None:
+    model = await client.fake_model(
+        fake_openai.base_url, inputPricePerMillion="1", outputPricePerMillion="1"
+    )
+    changes = {"id": model, "name": "Renamed", **prices}
+    body = await client.gql(
+        UPSERT_MODEL, {"input": model_input(fake_openai.base_url, **changes)}, user=1, admin=True
+    )
+    (error,) = body["errors"]
+    assert error["extensions"] == {"code": "BAD_USER_INPUT", "field": field}
+    models = (await client.data(MODELS_WITH_NAMES, user=OWNER))["agentModels"]
+    assert models == [
+        {"id": model, "name": "Fake", "inputPricePerMillion": "1", "outputPricePerMillion": "1"}
+    ]
