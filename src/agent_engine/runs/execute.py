@@ -9,8 +9,9 @@ a task of its in-flight set (`workers/inflight.py`).
 A redelivered or duplicate message finds the run no longer `queued` and changes nothing. A run the
 reaper failed while this worker was still busy is noticed by the next heartbeat (its CAS matches no
 row): the work is abandoned and the late finish, being a CAS on `state = 'running'`, writes nothing.
-Liveness is written on the database's clock (`heartbeat_at = now()`), the clock the reaper reads,
-so a worker whose own clock is behind cannot get its live runs reaped.
+A run's start, heartbeats and finish are written on the database's clock (`now()`), the clock
+the reaper reads, so a worker whose own clock is behind cannot get its live runs reaped (and
+`started_at <= heartbeat_at <= finished_at` holds whatever the worker's clock says).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ _CLAIM_READ_SQL = text(
 )
 
 _START_SQL = text(
-    "UPDATE agent_runs SET state = 'running', started_at = :now, heartbeat_at = now(),"
+    "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now(),"
     " model_id = :model_id"
     " WHERE id = :run_id AND state = 'queued'"
 )
@@ -100,7 +101,7 @@ _FINISH_SQL = text(
     " tokens_used = GREATEST(tokens_used, :tokens),"
     " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
     " completion_tokens = GREATEST(completion_tokens, :completion_tokens),"
-    " finished_at = :now, heartbeat_at = now()"
+    " finished_at = now(), heartbeat_at = now()"
     " WHERE id = :run_id AND state = 'running'"
 )
 
@@ -221,10 +222,13 @@ async def execute_claimed(
     finally:
         # The run's slot of its model is free (whatever the outcome): the next waiting run gets it.
         if claim.model_limit is not None and claim.model_id is not None and enqueue is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.shield(
                     model_slots.hand_on_slots(engine, claim.model_id, enqueue=enqueue)
                 )
+            except Exception:
+                # The reaper hands free slots on too; the run's own outcome is written already.
+                log.warning("run %s: could not hand its model slot on", claim.run_id, exc_info=True)
 
 
 async def _execute(
@@ -239,9 +243,7 @@ async def _execute(
     run_id, ctx = claim.run_id, claim.context
     meter = _TokenMeter()
     if ctx is None:
-        return await _fail(
-            engine, run_id, now=now_fn(), error="the run's agent or model is gone", meter=meter
-        )
+        return await _fail(engine, run_id, error="the run's agent or model is gone", meter=meter)
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
     deadline = asyncio.get_running_loop().time() + run_timeout.total_seconds()
@@ -265,7 +267,7 @@ async def _execute(
         # Worker shutdown: release the agent now rather than after STALE_AFTER, then let the
         # cancellation go on.
         await _cancel(work, beat)
-        await _fail(engine, run_id, now=now_fn(), error=INTERRUPTED_ERROR, meter=meter)
+        await _fail(engine, run_id, error=INTERRUPTED_ERROR, meter=meter)
         raise
     if work not in done:
         await _cancel(work, beat)
@@ -275,7 +277,6 @@ async def _execute(
         return await _fail(
             engine,
             run_id,
-            now=now_fn(),
             error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
             meter=meter,
         )
@@ -284,13 +285,10 @@ async def _execute(
         outcome = work.result()
     except Exception as exc:
         log.exception("run %s: the runtime raised", run_id)
-        return await _fail(
-            engine, run_id, now=now_fn(), error=f"{type(exc).__name__}: {exc}", meter=meter
-        )
+        return await _fail(engine, run_id, error=f"{type(exc).__name__}: {exc}", meter=meter)
     return await _finish(
         engine,
         run_id,
-        now=now_fn(),
         state=RunState(outcome.state),
         reason=RunReason(outcome.reason) if outcome.reason else None,
         output=outcome.output,
@@ -343,7 +341,7 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
                 admission.limit,
             )
             return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
-        await conn.execute(_START_SQL, {"run_id": run_id, "now": now, "model_id": model_id})
+        await conn.execute(_START_SQL, {"run_id": run_id, "model_id": model_id})
         return Claim(
             run_id,
             RunState.RUNNING,
@@ -386,7 +384,6 @@ async def _finish(
     engine: AsyncEngine,
     run_id: int,
     *,
-    now: datetime,
     state: RunState,
     reason: RunReason | None,
     tokens: int,
@@ -397,7 +394,6 @@ async def _finish(
 ) -> RunState | None:
     params = {
         "run_id": run_id,
-        "now": now,
         "state": str(state),
         "reason": str(reason) if reason else None,
         "output": output,
@@ -430,7 +426,7 @@ async def _finish(
     # The finish above fixed the run's cost (a trigger). Now the owner's budget thresholds it
     # took the week across are recorded, once each (see runs/alerts.py for why this is race-safe
     # after the commit). Never raises.
-    await record_alerts_after_finish(engine, run_id, now=now)
+    await record_alerts_after_finish(engine, run_id, now=utc_now())
     return state
 
 
@@ -453,13 +449,12 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
 
 
 async def _fail(
-    engine: AsyncEngine, run_id: int, *, now: datetime, error: str, meter: _TokenMeter
+    engine: AsyncEngine, run_id: int, *, error: str, meter: _TokenMeter
 ) -> RunState | None:
     """running → failed/error with the detail, like every other finish a compare-and-set."""
     return await _finish(
         engine,
         run_id,
-        now=now,
         state=RunState.FAILED,
         reason=RunReason.ERROR,
         error=error,

@@ -13,7 +13,7 @@ from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
 from agent_engine.workers.broker import close_broker, configure_broker
-from agent_engine.workers.main import start_worker, stop_worker
+from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
 from tests.integration.runs.support import FAKE_KEY_ENV
 from tests.support.factories import Factories
 
@@ -62,8 +62,8 @@ def broker(settings: Settings) -> Iterator[dramatiq.Broker]:
 
 
 @pytest.fixture
-def worker(broker: dramatiq.Broker, settings: Settings) -> Iterator[dramatiq.Worker]:
-    """A real Dramatiq worker in this process (threads), running the actors."""
+def worker(broker: dramatiq.Broker, settings: Settings) -> Iterator[EngineWorker]:
+    """The real Dramatiq workers (runs and ticks) in this process, running the actors."""
     started = start_worker(settings, threads=4)
     try:
         yield started

@@ -7,7 +7,6 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import dramatiq
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +18,7 @@ from agent_engine.runs.request import request_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
+from agent_engine.workers.main import EngineWorker
 from tests.integration.runs.conftest import FakeAgent
 from tests.integration.runs.support import FAKE_KEY_ENV, eventually, fetch, run_row
 from tests.support.factories import Factories
@@ -52,7 +52,7 @@ async def test_a_model_limited_to_two_runs_two_at_a_time_oldest_first(
     engine: AsyncEngine,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
-    worker: dramatiq.Worker,
+    worker: EngineWorker,
 ) -> None:
     model_id = await limited_model(factories, fake_openai, 2)
     fake_openai.script(lambda _: text_reply("ok", delay_seconds=0.5))

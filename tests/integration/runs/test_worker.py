@@ -14,7 +14,7 @@ from agent_engine.runs.request import request_run
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute, send_reap_tick, send_schedule_tick
-from agent_engine.workers.main import start_worker, stop_worker
+from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
 from tests.integration.runs.conftest import FakeAgent
 from tests.integration.runs.support import eventually, fetch, run_row
 
@@ -27,7 +27,7 @@ async def test_scheduled_agent_runs_to_success_and_its_slot_advances(
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    worker: EngineWorker,
 ) -> None:
     fired = now() - timedelta(seconds=1)
     agent = await fake_agent(schedule={"type": "interval", "every_hours": 1}, next_run_at=fired)
@@ -51,7 +51,7 @@ async def test_the_same_message_delivered_twice_executes_once(
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    worker: EngineWorker,
 ) -> None:
     agent = await fake_agent()
     fake_openai.enqueue(text_reply("Once.", delay_seconds=0.3))
