@@ -45,7 +45,10 @@ log = logging.getLogger(__name__)
 # graphql-transport-ws close codes: the credentials are no longer valid / the account is refused.
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
+# As graphql-ws uses it: the server failed; the client may reconnect.
+CLOSE_INTERNAL_ERROR = 4500
 TOKEN_EXPIRED = "the token has expired"
+CHECK_FAILED = "the session could not be checked; reconnect"
 ACCOUNT_DEACTIVATED = "this account is deactivated"
 # A close reason must fit a control frame (123 bytes).
 MAX_REASON_CHARS = 120
@@ -143,6 +146,11 @@ class SessionHandler(BaseGraphQLTransportWSHandler[Context, None]):
                 self.context.viewer = await view.reauthenticate(self.context)
             except ApiError as exc:
                 await self.end(*_close_for(exc))
+                return
+            except Exception:
+                # The database is away: the viewer cannot be checked, so nothing runs.
+                log.warning("could not re-check a WebSocket session's viewer", exc_info=True)
+                await self.end(CLOSE_INTERNAL_ERROR, CHECK_FAILED)
                 return
         await super().handle_subscribe(message)
 

@@ -100,7 +100,7 @@ async def request_run(
     except IntegrityError as exc:
         # The share lock prevents it; should the agent still vanish under the insert (the FK
         # refuses the run), the answer is the same as for a start just after the delete.
-        if _FOREIGN_KEY_VIOLATION in str(getattr(exc.orig, "sqlstate", "")):
+        if getattr(exc.orig, "sqlstate", None) == _FOREIGN_KEY_VIOLATION:
             raise AgentNotFound(agent_id) from exc
         raise
     row = rows[agent_id]
