@@ -256,8 +256,9 @@ async def _execute(
             deadline=deadline,
         )
     )
+    stop_beating = asyncio.Event()
     beat = asyncio.ensure_future(
-        _heartbeat(engine, run_id, interval=heartbeat_interval, meter=meter)
+        _heartbeat(engine, run_id, interval=heartbeat_interval, meter=meter, stop=stop_beating)
     )
     try:
         done, _ = await asyncio.wait(
@@ -266,11 +267,13 @@ async def _execute(
     except asyncio.CancelledError:
         # Worker shutdown: release the agent now rather than after STALE_AFTER, then let the
         # cancellation go on.
-        await _cancel(work, beat)
+        await _cancel(work)
+        await _stop(beat, stop_beating)
         await _fail(engine, run_id, error=INTERRUPTED_ERROR, meter=meter)
         raise
     if work not in done:
-        await _cancel(work, beat)
+        await _cancel(work)
+        await _stop(beat, stop_beating)
         if beat in done:
             log.warning("run %s is no longer running (reaped?); abandoning it", run_id)
             return None
@@ -280,7 +283,7 @@ async def _execute(
             error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
             meter=meter,
         )
-    await _cancel(beat)
+    await _stop(beat, stop_beating)
     try:
         outcome = work.result()
     except Exception as exc:
@@ -357,10 +360,15 @@ async def _heartbeat(
     *,
     interval: timedelta,
     meter: _TokenMeter,
+    stop: asyncio.Event,
 ) -> None:
-    """Beat until the run is no longer ours; returns only then (the caller abandons the work)."""
+    """Beat until the run is no longer ours (the caller abandons the work) or `stop` is set."""
     while True:
-        await asyncio.sleep(interval.total_seconds())
+        try:
+            await asyncio.wait_for(stop.wait(), interval.total_seconds())
+            return
+        except TimeoutError:
+            pass
         try:
             rowcount = await _write_one(
                 engine,
@@ -462,6 +470,15 @@ async def _fail(
         prompt_tokens=meter.prompt,
         completion_tokens=meter.completion,
     )
+
+
+async def _stop(beat: asyncio.Future[None], stop: asyncio.Event) -> None:
+    """End the heartbeat between two beats, never in the middle of its write: a statement
+    cancelled mid-flight can leave its pooled connection unusable when the database is restarting
+    at that moment."""
+    stop.set()
+    with contextlib.suppress(Exception):
+        await beat
 
 
 async def _cancel(*tasks: asyncio.Future[Any]) -> None:

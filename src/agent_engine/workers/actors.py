@@ -22,6 +22,7 @@ import dramatiq
 import structlog
 from dramatiq.asyncio import get_event_loop_thread
 from dramatiq.middleware import AsyncIO, Middleware
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine
@@ -55,6 +56,8 @@ TICK_PRIORITY = 0
 EXECUTE_PRIORITY = 10
 # How long a stopping worker lets runs in flight finish before interrupting them (set per stop).
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 20.0
+# The database is away (restart, network): an actor logs one line and the work is retried.
+DATABASE_ERRORS = (DBAPIError, OSError)
 
 
 class WorkerContext:
@@ -139,6 +142,12 @@ async def execute_run(run_id: int) -> None:
             claim = await execute.claim_run(
                 context.engine, run_id, now=execute.utc_now(), enqueue=enqueue_execute
             )
+    except DATABASE_ERRORS as exc:
+        # Nothing was claimed (the claim is one transaction): Dramatiq retries the message with
+        # backoff. One line, not a traceback per message, while the database is away.
+        in_flight.cancel_reservation()
+        log.warning("run %s: could not claim it, the database is unreachable: %s", run_id, exc)
+        raise dramatiq.Retry() from None
     except BaseException:
         in_flight.cancel_reservation()
         raise
@@ -167,12 +176,16 @@ async def schedule_due_agents() -> None:
     from agent_engine.workers.broker import enqueue_execute
 
     context = _require_context()
-    claimed = await scheduler.schedule_due_agents(
-        context.engine,
-        now=execute.utc_now(),
-        batch_size=context.settings.schedule_batch_size,
-        enqueue=enqueue_execute,
-    )
+    try:
+        claimed = await scheduler.schedule_due_agents(
+            context.engine,
+            now=execute.utc_now(),
+            batch_size=context.settings.schedule_batch_size,
+            enqueue=enqueue_execute,
+        )
+    except DATABASE_ERRORS as exc:
+        log.warning("schedule tick skipped, the database is unreachable: %s", exc)
+        return  # the next tick scans again; nothing was claimed
     if claimed:
         log.info("schedule tick: %d due agents", claimed)
 
@@ -182,15 +195,19 @@ async def reap_stale_runs() -> None:
 
     context = _require_context()
     settings = context.settings
-    result = await reaper.reap_stale_runs(
-        context.engine,
-        now=execute.utc_now(),
-        stale_after=settings.stale_after,
-        resend_after=timedelta(seconds=settings.queued_resend_after_seconds),
-        fail_after=timedelta(seconds=settings.queued_fail_after_seconds),
-        slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
-        enqueue=enqueue_execute,
-    )
+    try:
+        result = await reaper.reap_stale_runs(
+            context.engine,
+            now=execute.utc_now(),
+            stale_after=settings.stale_after,
+            resend_after=timedelta(seconds=settings.queued_resend_after_seconds),
+            fail_after=timedelta(seconds=settings.queued_fail_after_seconds),
+            slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
+            enqueue=enqueue_execute,
+        )
+    except DATABASE_ERRORS as exc:
+        log.warning("reap tick skipped, the database is unreachable: %s", exc)
+        return  # the next tick reaps
     if result.failed_running or result.failed_queued or result.resent or result.purged_agents:
         log.info(
             "reaper: failed %d stale running, %d stale queued; re-sent %d; purged %d agents",
