@@ -13,6 +13,7 @@ WEEKLY_TOKEN_CAP = "agent_weekly_token_cap"
 TIMEZONE = "timezone"
 PLATFORM_PROMPT = "agent_platform_prompt"
 ITERATION_CAP = "agent_iteration_cap"
+RUN_RETENTION_DAYS = "agent_run_retention_days"
 
 DEFAULT_TIMEZONE = "UTC"
 DEFAULT_ITERATION_CAP = 8
@@ -24,6 +25,7 @@ class PlatformSettings:
     timezone: str = DEFAULT_TIMEZONE
     platform_prompt: str = ""
     iteration_cap: int = DEFAULT_ITERATION_CAP
+    run_retention_days: int | None = None  # None: keep the journal forever
 
     @property
     def zone(self) -> ZoneInfo:
@@ -33,11 +35,13 @@ class PlatformSettings:
     def from_rows(cls, values: dict[str, Any]) -> PlatformSettings:
         cap = values.get(WEEKLY_TOKEN_CAP)
         iteration_cap = values.get(ITERATION_CAP)
+        retention = values.get(RUN_RETENTION_DAYS)
         return cls(
             weekly_token_cap=int(cap) if cap is not None else None,
             timezone=str(values.get(TIMEZONE) or DEFAULT_TIMEZONE),
             platform_prompt=str(values.get(PLATFORM_PROMPT) or ""),
             iteration_cap=DEFAULT_ITERATION_CAP if iteration_cap is None else int(iteration_cap),
+            run_retention_days=int(retention) if retention is not None else None,
         )
 
 
