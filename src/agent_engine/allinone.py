@@ -160,6 +160,7 @@ def _print_banner(base: str, tokens: dict[str, str]) -> None:
     lines = [
         "",
         "Agent Engine is running.",
+        f"  Dashboard: {base}/dashboard   (sign in by pasting one of the tokens below)",
         f"  GraphiQL:  {base}/graphql",
         f"  Health:    {base}/readyz    Metrics: {base}/metrics",
         "",

@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     schedule_tick_seconds: float = Field(default=5.0, gt=0)
     reap_tick_seconds: float = Field(default=30.0, gt=0)
     schedule_batch_size: int = Field(default=500, ge=1)
+    retention_tick_seconds: float = Field(
+        default=60.0, gt=0, description="How often the clock asks for a run-retention pass."
+    )
+    retention_batch_size: int = Field(
+        default=500, ge=1, description="Runs examined per pruning transaction."
+    )
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)

@@ -156,7 +156,7 @@ async def upsert_model(
         )
         if found is None:
             raise Missing("model", model_id)
-        before = _model_details(found)
+        before = _model_details(dict(found))
     saved = await _write_model(conn, model_id, draft)
     after = _model_details(
         {
@@ -247,7 +247,7 @@ async def remove_model(conn: AsyncConnection, model_id: int, *, actor_id: int) -
         conn,
         actor_id,
         AuditAction.MODEL_REMOVED,
-        details={"modelId": model_id, "model": _model_details(deleted)},
+        details={"modelId": model_id, "model": _model_details(dict(deleted))},
     )
 
 

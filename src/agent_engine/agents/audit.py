@@ -138,4 +138,4 @@ async def fetch_page(
         ),
         params,
     )
-    return [AuditRow.from_row(row) for row in rows.mappings()]
+    return [AuditRow.from_row(dict(row)) for row in rows.mappings()]

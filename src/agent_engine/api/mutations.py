@@ -61,6 +61,7 @@ from agent_engine.api.types import (
 )
 from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.db.platform import load_platform_settings
+from agent_engine.domain.retention import MAX_RETENTION_DAYS, MIN_RETENTION_DAYS
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
 from agent_engine.runs import request as run_request
@@ -70,8 +71,6 @@ Row = dict[str, Any]
 PROVIDERS = ("openai", "builtin")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MAX_TOKEN_CAP = 2**62
-MIN_RETENTION_DAYS = 1
-MAX_RETENTION_DAYS = 3_650
 
 
 def _camel(name: str) -> str:
