@@ -68,7 +68,10 @@ class Settings(BaseSettings):
     max_subscriptions_per_connection: int = Field(default=20, ge=1)
     subscriber_queue_size: int = Field(default=256, ge=1)
 
-    log_format: str = Field(default="auto", description="json | console | auto (tty → console)")
+    log_format: str = Field(
+        default="auto",
+        description="json | console | auto (console for `run` on a terminal, else JSON)",
+    )
     log_level: str = Field(default="INFO")
 
     @field_validator("database_url")
