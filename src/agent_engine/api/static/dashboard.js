@@ -249,6 +249,7 @@
       ? "adminSpend { owner { id displayName email } tokens cost runs }"
       : "";
     return `query DashboardFleet {
+      recent: adminRuns(first: 20) { edges { node { ${RUN_FIELDS} agent { id name } } } }
       inFlight: adminRuns(first: 100, states: [QUEUED, RUNNING]) {
         edges { node { ${RUN_FIELDS} agent { id name owner { id displayName email } } } }
         pageInfo { hasNextPage }
@@ -265,7 +266,7 @@
   }
 
   const RUN_EVENTS = `subscription DashboardRunEvents {
-    runEvents { previousState run { ${RUN_FIELDS} agent { id name } } }
+    runEvents { previousState run { ${RUN_FIELDS} agent { id name owner { id displayName email } } } }
   }`;
 
   // --- sign in / out ----------------------------------------------------------------------------
@@ -356,6 +357,7 @@
         }
         const event = payload.data.runEvents;
         upsertFeed(event.run, event.run.agent);
+        if (state.viewer.isAdmin) trackInFlight(event.run);
         if (TERMINAL.has(event.run.state) || event.previousState === null) refreshSoon();
       },
       error: (errors) => showError(new GraphQLError(errors[0] || { message: "subscription error" })),
@@ -390,6 +392,33 @@
       last.remove();
     }
     $("#feed-empty").hidden = feed.children.length > 0;
+  }
+
+  // The fleet's in-flight table follows the events between its refreshes.
+  function trackInFlight(run) {
+    const body = $("#in-flight tbody");
+    const row = body.querySelector(`tr[data-run-id="${CSS.escape(run.id)}"]`);
+    if (TERMINAL.has(run.state)) {
+      if (row) row.remove();
+    } else if (row) {
+      row.replaceWith(inFlightRow(run, row.dataset.owner));
+    } else {
+      body.prepend(inFlightRow(run, run.agent ? person(run.agent.owner) : ""));
+    }
+    const more = $("#stat-in-flight").textContent.endsWith("+") ? "+" : "";
+    $("#stat-in-flight").textContent = String(body.children.length) + more;
+  }
+
+  function inFlightRow(run, owner) {
+    return el(
+      "tr",
+      { "data-run-id": run.id, "data-owner": owner },
+      el("td", { text: `#${run.id}` }),
+      el("td", { text: run.agent ? run.agent.name : "" }),
+      el("td", { text: owner }),
+      el("td", {}, pill(run.state)),
+      el("td", {}, when(run.startedAt || run.createdAt)),
+    );
   }
 
   function order(run) {
@@ -495,22 +524,13 @@
 
   async function refreshFleet() {
     const data = await gql(adminQuery());
+    for (const { node } of [...data.recent.edges].reverse()) upsertFeed(node, node.agent);
     const inFlight = data.inFlight.edges.map((edge) => edge.node);
     $("#stat-in-flight").textContent =
       String(inFlight.length) + (data.inFlight.pageInfo.hasNextPage ? "+" : "");
     replaceRows(
       $("#in-flight tbody"),
-      inFlight.map((run) =>
-        el(
-          "tr",
-          { "data-run-id": run.id },
-          el("td", { text: `#${run.id}` }),
-          el("td", { text: run.agent.name }),
-          el("td", { text: person(run.agent.owner) }),
-          el("td", {}, pill(run.state)),
-          el("td", {}, when(run.startedAt || run.createdAt)),
-        ),
-      ),
+      inFlight.map((run) => inFlightRow(run, person(run.agent.owner))),
     );
 
     const since = Date.now() - HOUR_MS;
@@ -548,7 +568,7 @@
           el("td", { text: node.action }),
           el("td", { text: node.agentId ? `#${node.agentId}` : "" }),
           el("td", { text: node.userId ? `#${node.userId}` : "" }),
-          el("td", { class: "details", text: node.details ? JSON.stringify(node.details) : "" }),
+          el("td", { class: "details", text: describe(node.details) }),
         ),
       ),
     );
@@ -568,6 +588,26 @@
         ),
       );
     }
+  }
+
+  // Audit details for people: "note: ticket 42 · weeklyTokenCap: 1000 → 5000".
+  function describe(details) {
+    if (details === null || details === undefined) return "";
+    if (typeof details !== "object") return String(details);
+    return Object.entries(details)
+      .filter(([, value]) => value !== null && value !== undefined)
+      .map(([key, value]) => {
+        if (value && typeof value === "object" && "old" in value && "new" in value) {
+          return `${key}: ${short(value.old)} → ${short(value.new)}`;
+        }
+        return `${key}: ${short(value)}`;
+      })
+      .join(" · ");
+  }
+
+  function short(value) {
+    const text = typeof value === "string" ? value : JSON.stringify(value);
+    return text.length > 80 ? `${text.slice(0, 77)}…` : text;
   }
 
   function person(user) {
