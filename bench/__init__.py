@@ -13,4 +13,5 @@ SCENARIOS = (
     "fanout",
     "fanout_ws",
     "recovery",
+    "retention",
 )

@@ -8,10 +8,13 @@ Unfinished runs have no `finished_at` and are never candidates. Steps, deliverie
 else that hangs off a run goes with it (`ON DELETE CASCADE`).
 
 The pass walks the candidates in `(finished_at, id)` order in small batches, each its own short
-transaction, with a pause between them, so the run pipeline's row locks and the database's I/O
-are never held up for long. One pass at a time across the cluster: a session advisory lock (two
-clocks send two ticks; the second pass finds the lock taken and returns). A pass stops after
-`max_seconds`; the next tick carries on where the data says, since pruned rows are gone.
+transaction, and after each batch pauses three times as long as the batch took (within a floor
+and a ceiling): the pass works about a quarter of the time and backs off when the database is
+busy, so the run pipeline keeps it (a backlog of a million old runs takes minutes, not seconds,
+and the pipeline barely notices; see bench/README.md). One pass at a time across the cluster: a
+session advisory lock (two clocks send two ticks; the second pass finds the lock taken and
+returns). A pass stops after `max_seconds`; the next tick carries on where the data says, since
+pruned rows are gone.
 """
 
 from __future__ import annotations
@@ -32,8 +35,12 @@ from agent_engine.domain.retention import retention_cutoff
 log = logging.getLogger(__name__)
 
 RETENTION_BATCH_SIZE = 500
-# Leaves the database to the run pipeline between batches.
+# Leaves the database to the run pipeline between batches: the pause is the batch's own duration
+# times this factor, and at least the floor.
+RETENTION_PAUSE_FACTOR = 3.0
 RETENTION_BATCH_PAUSE_SECONDS = 0.02
+# ... and at most this: one batch that waited on a lock does not stall the pass.
+RETENTION_MAX_PAUSE_SECONDS = 1.0
 # Below the tick actor's time limit; the next tick continues.
 RETENTION_PASS_MAX_SECONDS = 240.0
 # pg_advisory_lock key of the pruning pass ("AEretain" as eight bytes, well clear of other keys).
@@ -126,6 +133,7 @@ async def _prune(
     after_at, after_id = _FIRST_CURSOR
     deleted = scanned = batches = 0
     while True:
+        batch_started = time.monotonic()
         async with conn.begin():
             row = (
                 await conn.execute(
@@ -149,7 +157,13 @@ async def _prune(
         if time.monotonic() >= deadline:
             log.info("retention: pass stopped after %.0fs; the next tick goes on", max_seconds)
             return PruneResult(deleted, scanned, batches, cutoff, complete=False)
-        await asyncio.sleep(pause_seconds)
+        batch_seconds = time.monotonic() - batch_started
+        await asyncio.sleep(
+            min(
+                max(pause_seconds, batch_seconds * RETENTION_PAUSE_FACTOR),
+                RETENTION_MAX_PAUSE_SECONDS,
+            )
+        )
 
 
 async def _try_lock(conn: AsyncConnection) -> bool:
