@@ -53,6 +53,7 @@ OPERATIONS: dict[str, tuple[str, Any]] = {
     "adminRuns": ("{ adminRuns { edges { node { id } } } }", None),
     "adminTools": ("{ adminTools { id } }", None),
     "platformSettings": ("{ platformSettings { timezone } }", None),
+    "adminAuditLog": ("{ adminAuditLog { edges { node { id action } } } }", None),
     "createAgent": (
         'mutation { createAgent(input: {name: "n", prompt: "p"}) { id } }',
         None,
@@ -116,6 +117,7 @@ ADMIN_ONLY = {
     "adminRuns",
     "adminTools",
     "platformSettings",
+    "adminAuditLog",
     "setAdminPaused",
     "deactivateOwner",
     "upsertAgentModel",
