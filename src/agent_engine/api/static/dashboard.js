@@ -616,6 +616,11 @@
   }
 
   function showError(error) {
+    if (error.code === "UNAUTHENTICATED") {
+      // The token expired (or was revoked) while the page was open.
+      signOut(`Signed out: ${error.message}`);
+      return;
+    }
     const notice = $("#notice");
     notice.textContent = error.message;
     notice.hidden = false;
