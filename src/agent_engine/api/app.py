@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -63,6 +64,7 @@ logger = logging.getLogger("agent_engine.api")
 STATIC_DIR = Path(__file__).parent / "static"
 GRAPHQL_PATH = "/graphql"
 DASHBOARD_PATH = "/dashboard"
+_HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 STATIC_PATH = "/static"
 READINESS_TIMEOUT_SECONDS = 2.0
 # The api starts serving subscriptions once its LISTEN connection is up, or after this long (the
@@ -236,9 +238,11 @@ async def dashboard(request: Request) -> Response:
     policy keeps every asset, request and socket on this origin (the token sits in the tab's
     session storage, so no foreign script may run beside it)."""
     host = request.headers.get("host", "")
+    # The page's WebSocket goes to this same host ('self' covers ws: only in newer browsers).
+    sockets = f" ws://{host} wss://{host}" if _HOST.fullmatch(host) else ""
     policy = (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        f"connect-src 'self' ws://{host} wss://{host}; base-uri 'none'; form-action 'self'; "
+        f"connect-src 'self'{sockets}; base-uri 'none'; form-action 'self'; "
         "frame-ancestors 'none'"
     )
     return HTMLResponse(

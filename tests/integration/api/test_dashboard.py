@@ -50,6 +50,12 @@ async def test_the_page_and_its_assets_are_served_with_nothing_from_elsewhere(ap
     for text in texts:
         # No CDN, no web fonts, no analytics: every URL is relative to this origin.
         assert not re.search(r"https?://", text), re.search(r".{40}https?://.{40}", text)
+    # A forged Host header cannot widen the policy.
+    forged = await api.client.get(
+        f"{api.url}/dashboard", headers={"Host": "evil.example; script-src *"}
+    )
+    assert "evil" not in forged.headers["content-security-policy"]
+    assert "script-src 'self';" in forged.headers["content-security-policy"]
     script = texts[1]
     assert "innerHTML" not in script  # API data is rendered as text only
     assert "graphql-transport-ws" in script
