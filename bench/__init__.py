@@ -14,4 +14,5 @@ SCENARIOS = (
     "fanout_ws",
     "recovery",
     "stampede",
+    "retention",
 )

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "e0006_cost_alerts"
-down_revision: str | None = "e0003_hardening"
+down_revision: str | None = "e0005_operators"
 branch_labels: str | Sequence[str] | None = None
 # The cost trigger reads the model prices.
 depends_on: str | Sequence[str] | None = "p0004_model_prices"

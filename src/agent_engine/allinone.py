@@ -55,7 +55,9 @@ def run_all(
     from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
     from agent_engine.observability.logging import configure_logging
 
-    configure_logging(settings)
+    # Human-readable on a terminal, JSON when the output goes to a file or a collector; the
+    # children log the same way (they would default to JSON on their own).
+    log_format = configure_logging(settings, interactive=sys.stdout.isatty())
     data_dir = data_dir.resolve()
     servers = EmbeddedServers(
         data_dir, database_url=settings.database_url, redis_url=settings.redis_url
@@ -82,6 +84,7 @@ def run_all(
             "DATABASE_URL": database_url,
             "REDIS_URL": servers.redis_url,
             "AGENT_ENGINE_JWT_SECRET": secret,
+            "AGENT_ENGINE_LOG_FORMAT": log_format,
         }
         cli = [sys.executable, "-m", "agent_engine.cli"]
         for args in (
@@ -160,6 +163,7 @@ def _print_banner(base: str, tokens: dict[str, str]) -> None:
     lines = [
         "",
         "Agent Engine is running.",
+        f"  Dashboard: {base}/dashboard   (sign in by pasting one of the tokens below)",
         f"  GraphiQL:  {base}/graphql",
         f"  Health:    {base}/readyz    Metrics: {base}/metrics",
         "",

@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a queued run of a model with maxConcurrentRuns may wait for a slot.",
     )
+    retention_tick_seconds: float = Field(
+        default=60.0, gt=0, description="How often the clock asks for a run-retention pass."
+    )
+    retention_batch_size: int = Field(
+        default=500, ge=1, description="Runs examined per pruning transaction."
+    )
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
@@ -80,7 +86,10 @@ class Settings(BaseSettings):
     )
     subscriber_queue_size: int = Field(default=256, ge=1)
 
-    log_format: str = Field(default="auto", description="json | console | auto (tty → console)")
+    log_format: str = Field(
+        default="auto",
+        description="json | console | auto (console for `run` on a terminal, else JSON)",
+    )
     log_level: str = Field(default="INFO")
 
     @field_validator("database_url")

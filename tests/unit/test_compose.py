@@ -73,3 +73,21 @@ def test_production_commands_refuse_to_start_without_their_configuration(
     result = CliRunner().invoke(app, argv, env=env)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_the_monitoring_profile_provisions_prometheus_and_grafana_from_deploy() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+        for volume in services[name]["volumes"]:
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+    # The default `docker compose up` stays the four engine roles and their servers.
+    assert all("profiles" not in services[n] for n in ("api", "worker", "clock", "migrate"))
+    prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    [job] = prometheus["scrape_configs"]
+    assert job["dns_sd_configs"][0]["names"] == ["api"]
+    assert job["dns_sd_configs"][0]["port"] == 8000
+    assert prometheus["rule_files"] == ["alerts.yml"]

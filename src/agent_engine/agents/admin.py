@@ -1,4 +1,6 @@
-"""The admin's levers: owners, the allowed model list, the tool catalog, platform settings."""
+"""The admin's levers: the pause lock, owners, the allowed model list, the tool catalog, platform
+settings. Each lever records its audit entry (`agents.audit.record`) in the caller's transaction.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.agents import definitions
+from agent_engine.agents.audit import AuditAction, record, redacted_url
 from agent_engine.agents.errors import Contended, Missing
 from agent_engine.agents.zones import reslot_calendar_agents_without_owner_zone
 from agent_engine.db import platform
@@ -27,6 +31,7 @@ SETTING_KEYS = {
     "iteration_cap": platform.ITERATION_CAP,
     "currency": platform.CURRENCY,
     "budget_alert_percents": platform.BUDGET_ALERT_PERCENTS,
+    "run_retention_days": platform.RUN_RETENTION_DAYS,
 }
 
 
@@ -60,13 +65,73 @@ class SavedModel:
         )
 
 
+async def set_admin_paused(
+    conn: AsyncConnection,
+    agent_id: int,
+    *,
+    paused: bool,
+    note: str | None,
+    actor_id: int,
+    now: datetime,
+) -> None:
+    """The admin's sticky lock. The note is the owner's to read while paused (cleared on unpause,
+    a CHECK holds it) and is kept in the audit log either way."""
+    before = await _agent_for_update(conn, agent_id)
+    await definitions.update_agent(
+        conn,
+        agent_id,
+        {"admin_paused": paused, "admin_pause_note": note if paused else None},
+        now=now,
+    )
+    details: dict[str, Any] = {"agentName": before["name"], "note": note}
+    if not paused:
+        details["previousNote"] = before["admin_pause_note"]
+    await record(
+        conn,
+        actor_id,
+        AuditAction.AGENT_ADMIN_PAUSED if paused else AuditAction.AGENT_ADMIN_UNPAUSED,
+        agent_id=agent_id,
+        user_id=int(before["user_id"]),
+        details={**details, "wasPaused": bool(before["admin_paused"])},
+    )
+
+
+async def record_agent_deleted(
+    conn: AsyncConnection, agent_id: int, *, owner_id: int, name: str, actor_id: int
+) -> None:
+    """An admin deleted someone else's agent (an owner deleting their own is not audited); called
+    in the deletion's transaction."""
+    await record(
+        conn,
+        actor_id,
+        AuditAction.AGENT_DELETED,
+        agent_id=agent_id,
+        user_id=owner_id,
+        details={"agentName": name},
+    )
+
+
+async def _agent_for_update(conn: AsyncConnection, agent_id: int) -> dict[str, Any]:
+    row = (
+        (
+            await conn.execute(
+                text("SELECT * FROM agents WHERE id = :id FOR UPDATE"), {"id": agent_id}
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    if row is None:
+        raise Missing("agent", agent_id)
+    return dict(row)
+
+
 async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> int:
     """Switch every agent of the user off and mark the user inactive; returns how many were on.
 
     Writes the owner's own switch (`enabled`), so only the owner can turn the agents back on. The
     user's open WebSocket sessions close within seconds (api.sessions sweeps for deactivations).
-    Audit seam: the audit log (issue 19) records `user.deactivated` by `actor_id` here, in this
-    transaction.
+    Audited as `user.deactivated` by `actor_id`, in this transaction.
     """
     found = (
         await conn.execute(
@@ -79,15 +144,21 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
         text("UPDATE agents SET enabled = false WHERE user_id = :id AND enabled RETURNING id"),
         {"id": user_id},
     )
-    return len(switched.all())
+    switched_off = sorted(int(row.id) for row in switched)
+    await record(
+        conn,
+        actor_id,
+        AuditAction.USER_DEACTIVATED,
+        user_id=user_id,
+        details={"agentsSwitchedOff": switched_off},
+    )
+    return len(switched_off)
 
 
 async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> Row:
     """Let the user sign in again; returns the users row. Their agents stay switched off: only
-    the owner turns them back on (the seed's life cycle).
-
-    Audit seam: the audit log (issue 19) records `user.reactivated` by `actor_id` here, in this
-    transaction.
+    the owner turns them back on (the seed's life cycle). Audited as `user.reactivated` by
+    `actor_id`, in this transaction.
     """
     row = (
         (
@@ -101,10 +172,69 @@ async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
     )
     if row is None:
         raise Missing("user", user_id)
+    await record(
+        conn,
+        actor_id,
+        AuditAction.USER_REACTIVATED,
+        user_id=user_id,
+        details={"email": row["email"]},
+    )
     return dict(row)
 
 
+def _model_details(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the audit log keeps of a model: no credentials (the key is never stored; the URL
+    loses user info and query)."""
+    return {
+        "name": row["name"],
+        "provider": row["provider"],
+        "model": row["model"],
+        "baseUrl": redacted_url(row["base_url"]),
+        "apiKeyEnv": row["api_key_env"],
+        "isDefault": bool(row["is_default"]),
+    }
+
+
 async def upsert_model(
+    conn: AsyncConnection, model_id: int | None, draft: ModelDraft, *, actor_id: int
+) -> SavedModel:
+    before = None
+    if model_id is not None:
+        found = (
+            (
+                await conn.execute(
+                    text("SELECT * FROM agent_models WHERE id = :id FOR UPDATE"), {"id": model_id}
+                )
+            )
+            .mappings()
+            .one_or_none()
+        )
+        if found is None:
+            raise Missing("model", model_id)
+        before = _model_details(dict(found))
+    saved = await _write_model(conn, model_id, draft)
+    after = _model_details(
+        {
+            "name": draft.name,
+            "provider": draft.provider,
+            "model": draft.model,
+            "base_url": draft.base_url,
+            "api_key_env": draft.api_key_env,
+            "is_default": draft.is_default,
+        }
+    )
+    details: dict[str, Any] = {"modelId": saved.id, "created": before is None, "model": after}
+    if before is not None:
+        details["changes"] = {
+            key: {"old": before[key], "new": value}
+            for key, value in after.items()
+            if before[key] != value
+        }
+    await record(conn, actor_id, AuditAction.MODEL_UPSERTED, details=details)
+    return saved
+
+
+async def _write_model(
     conn: AsyncConnection, model_id: int | None, draft: ModelDraft
 ) -> SavedModel:
     params = {
@@ -190,36 +320,74 @@ async def set_model_prices(
         raise Missing("model", model_id)
 
 
-async def remove_model(conn: AsyncConnection, model_id: int) -> None:
+async def remove_model(conn: AsyncConnection, model_id: int, *, actor_id: int) -> None:
     """Delete from the allowed list; the FK's SET NULL stops the agents that used it."""
     deleted = (
-        await conn.execute(
-            text("DELETE FROM agent_models WHERE id = :id RETURNING id"), {"id": model_id}
+        (
+            await conn.execute(
+                text("DELETE FROM agent_models WHERE id = :id RETURNING *"), {"id": model_id}
+            )
         )
-    ).scalar_one_or_none()
+        .mappings()
+        .one_or_none()
+    )
     if deleted is None:
         raise Missing("model", model_id)
+    await record(
+        conn,
+        actor_id,
+        AuditAction.MODEL_REMOVED,
+        details={"modelId": model_id, "model": _model_details(dict(deleted))},
+    )
 
 
-async def set_tool_allowed(conn: AsyncConnection, tool_id: int, allowed: bool) -> None:
-    updated = (
+async def set_tool_allowed(
+    conn: AsyncConnection, tool_id: int, allowed: bool, *, actor_id: int
+) -> None:
+    before = (
         await conn.execute(
-            text("UPDATE tools SET agents_allowed = :allowed WHERE id = :id RETURNING id"),
-            {"id": tool_id, "allowed": allowed},
+            text("SELECT name, agents_allowed FROM tools WHERE id = :id FOR UPDATE"),
+            {"id": tool_id},
         )
-    ).scalar_one_or_none()
-    if updated is None:
+    ).one_or_none()
+    if before is None:
         raise Missing("tool", tool_id)
+    await conn.execute(
+        text("UPDATE tools SET agents_allowed = :allowed WHERE id = :id"),
+        {"id": tool_id, "allowed": allowed},
+    )
+    await record(
+        conn,
+        actor_id,
+        AuditAction.TOOL_ALLOWED if allowed else AuditAction.TOOL_DISALLOWED,
+        details={"toolId": tool_id, "name": before.name, "wasAllowed": before.agents_allowed},
+    )
 
 
 async def update_platform_settings(
-    conn: AsyncConnection, changes: Mapping[str, Any], *, now: datetime
+    conn: AsyncConnection, changes: Mapping[str, Any], *, actor_id: int, now: datetime
 ) -> None:
     """Write the given settings (None clears the cap). A new organisation zone moves the calendar
-    slots of owners who have no zone of their own."""
+    slots of owners who have no zone of their own. The audit entry keeps old → new per setting
+    given (GraphQL names)."""
     before = await platform.load_platform_settings(conn)
     for name, value in changes.items():
         await write_platform_setting(conn, SETTING_KEYS[name], value)
+    if changes:
+        await record(
+            conn,
+            actor_id,
+            AuditAction.SETTINGS_UPDATED,
+            details={
+                _camel(name): {"old": getattr(before, name), "new": value}
+                for name, value in changes.items()
+            },
+        )
     new_zone = changes.get("timezone")
     if new_zone is not None and new_zone != before.timezone:
         await reslot_calendar_agents_without_owner_zone(conn, zone=zone_or_utc(new_zone), now=now)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)

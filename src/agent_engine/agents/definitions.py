@@ -23,7 +23,17 @@ from agent_engine.domain.schedule import first_slot, parse_schedule
 
 # Columns an update may set; anything else is a programming error.
 UPDATABLE_COLUMNS = frozenset(
-    {"name", "description", "prompt", "schedule", "model_id", "meta", "enabled", "admin_paused"}
+    {
+        "name",
+        "description",
+        "prompt",
+        "schedule",
+        "model_id",
+        "meta",
+        "enabled",
+        "admin_paused",
+        "admin_pause_note",
+    }
 )
 JSON_COLUMNS = frozenset({"schedule", "meta"})
 

@@ -1,5 +1,5 @@
-"""The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, health, readiness
-and metrics.
+"""The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, the dashboard page,
+health, readiness and metrics.
 
 The lifespan owns the process's resources and yields them as typed state (no globals): the engine,
 the settings, the broker used to send execute messages after a manual start, and the run-event hub
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -55,6 +56,7 @@ from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.schema import build_schema
 from agent_engine.api.sessions import SessionHandler, SessionRegistry
 from agent_engine.db.engine import create_engine
+from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runtime.tools.registry import sync_tool_catalog
 from agent_engine.settings import Settings
@@ -63,6 +65,8 @@ logger = logging.getLogger("agent_engine.api")
 
 STATIC_DIR = Path(__file__).parent / "static"
 GRAPHQL_PATH = "/graphql"
+DASHBOARD_PATH = "/dashboard"
+_HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 STATIC_PATH = "/static"
 READINESS_TIMEOUT_SECONDS = 2.0
 # The api starts serving subscriptions once its LISTEN connection is up, or after this long (the
@@ -253,6 +257,29 @@ def _transport_error(message: str, status_code: int) -> Response:
     )
 
 
+async def dashboard(request: Request) -> Response:
+    """The operators' page: static HTML whose script talks to /graphql like any client. The
+    policy keeps every asset, request and socket on this origin (the token sits in the tab's
+    session storage, so no foreign script may run beside it)."""
+    host = request.headers.get("host", "")
+    # The page's WebSocket goes to this same host ('self' covers ws: only in newer browsers).
+    sockets = f" ws://{host} wss://{host}" if _HOST.fullmatch(host) else ""
+    policy = (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"connect-src 'self'{sockets}; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    )
+    return HTMLResponse(
+        (STATIC_DIR / "dashboard.html").read_text(),
+        headers={
+            "Content-Security-Policy": policy,
+            "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-cache",
+        },
+    )
+
+
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -401,12 +428,14 @@ def create_app(
         routes=[
             Route(GRAPHQL_PATH, view, methods=["GET", "POST"]),
             WebSocketRoute(GRAPHQL_PATH, view),
+            Route(DASHBOARD_PATH, dashboard),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
             Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static"),
         ],
         middleware=[
+            Middleware(HttpMetrics),
             Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes),
             # GraphiQL's bundle is a few MB; compressed it is a few hundred KB.
             Middleware(GZipMiddleware, minimum_size=1024),

@@ -68,8 +68,11 @@ from agent_engine.api.types import (
     described_mutation,
     parse_id,
 )
+from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
+from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.budget import AlertPercentsError, parse_alert_percents
 from agent_engine.domain.money import MoneyError, parse_currency, parse_price
+from agent_engine.domain.retention import MAX_RETENTION_DAYS, MIN_RETENTION_DAYS
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
 from agent_engine.runs import model_slots
@@ -272,11 +275,19 @@ class Mutation:
         )
     )
     async def delete_agent(self, info: Info, id: strawberry.ID) -> strawberry.ID:
-        info.context.require_viewer()
+        viewer = info.context.require_viewer()
         agent_id = parse_id(id, "id")
-        await owned_agent(info, agent_id, "delete it")
+        found = await owned_agent(info, agent_id, "delete it")
         async with _transaction(info) as conn:
             await deletion.delete_agent(conn, agent_id, now=info.context.now)
+            if found["user_id"] != viewer.user_id:  # an admin deleting someone else's: audited
+                await admin_service.record_agent_deleted(
+                    conn,
+                    agent_id,
+                    owner_id=int(found["user_id"]),
+                    name=found["name"],
+                    actor_id=viewer.user_id,
+                )
         info.context.loaders.forget_agent(agent_id)
         return strawberry.ID(str(agent_id))
 
@@ -369,13 +380,28 @@ class Mutation:
 
     # --- admin ------------------------------------------------------------------------------
 
-    @described_mutation(description="Admin only. The admin's sticky lock.")
-    async def set_admin_paused(self, info: Info, agent_id: strawberry.ID, paused: bool) -> Agent:
-        info.context.require_admin()
+    @described_mutation(
+        description=(
+            "Admin only. The admin's sticky lock. The note (at most "
+            f"{ADMIN_PAUSE_NOTE_MAX_CHARS} characters) is shown to the owner "
+            "(Agent.adminPauseNote) until unpaused, and kept in the audit log."
+        )
+    )
+    async def set_admin_paused(
+        self, info: Info, agent_id: strawberry.ID, paused: bool, note: str | None = None
+    ) -> Agent:
+        viewer = info.context.require_admin()
         ident = parse_id(agent_id, "agentId")
+        if note is not None:
+            note = checked_text("note", note, ADMIN_PAUSE_NOTE_MAX_CHARS, allow_blank=True).strip()
         async with _transaction(info) as conn:
-            await definitions.update_agent(
-                conn, ident, {"admin_paused": paused}, now=info.context.now
+            await admin_service.set_admin_paused(
+                conn,
+                ident,
+                paused=paused,
+                note=note or None,
+                actor_id=viewer.user_id,
+                now=info.context.now,
             )
             return await _fresh_agent(info, conn, ident)
 
@@ -409,7 +435,7 @@ class Mutation:
 
     @described_mutation(description="Admin only. Creates (no id) or replaces a model on the list.")
     async def upsert_agent_model(self, info: Info, input: AgentModelInput) -> AgentModel:
-        info.context.require_admin()
+        viewer = info.context.require_admin()
         model_id = parse_id(input.id, "input.id") if input.id is not None else None
         if input.provider not in PROVIDERS:
             raise BadUserInput("input.provider", f"must be one of {', '.join(PROVIDERS)}")
@@ -438,7 +464,7 @@ class Mutation:
         )
         prices = _price_changes(input)
         async with _transaction(info) as conn:
-            saved = await admin_service.upsert_model(conn, model_id, draft)
+            saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
             await admin_service.set_model_prices(conn, saved.id, prices)
             row = (
                 (
@@ -463,18 +489,18 @@ class Mutation:
         )
     )
     async def remove_agent_model(self, info: Info, id: strawberry.ID) -> strawberry.ID:
-        info.context.require_admin()
+        viewer = info.context.require_admin()
         model_id = parse_id(id, "id")
         async with _transaction(info) as conn:
-            await admin_service.remove_model(conn, model_id)
+            await admin_service.remove_model(conn, model_id, actor_id=viewer.user_id)
         return strawberry.ID(str(model_id))
 
     @described_mutation(description="Admin only.")
     async def set_tool_allowed(self, info: Info, tool_id: strawberry.ID, allowed: bool) -> Tool:
-        info.context.require_admin()
+        viewer = info.context.require_admin()
         ident = parse_id(tool_id, "toolId")
         async with _transaction(info) as conn:
-            await admin_service.set_tool_allowed(conn, ident, allowed)
+            await admin_service.set_tool_allowed(conn, ident, allowed, actor_id=viewer.user_id)
             row = (
                 (await conn.execute(text("SELECT * FROM tools WHERE id = :id"), {"id": ident}))
                 .mappings()
@@ -486,7 +512,7 @@ class Mutation:
     async def update_platform_settings(
         self, info: Info, input: PlatformSettingsInput
     ) -> PlatformSettings:
-        info.context.require_admin()
+        viewer = info.context.require_admin()
         changes: dict[str, Any] = {}
         if input.weekly_token_cap is not strawberry.UNSET:
             cap = input.weekly_token_cap
@@ -529,10 +555,19 @@ class Mutation:
                 raise BadUserInput("input.budgetAlertPercents", str(exc)) from exc
         # Settings changes (currency and alert thresholds included) go through the one
         # update_platform_settings path, where they can be audited as a whole.
+        if input.run_retention_days is not strawberry.UNSET:
+            days = input.run_retention_days
+            if days is not None and not MIN_RETENTION_DAYS <= days <= MAX_RETENTION_DAYS:
+                raise BadUserInput(
+                    "input.runRetentionDays",
+                    f"must be between {MIN_RETENTION_DAYS} and {MAX_RETENTION_DAYS} days, "
+                    "or null to keep every run",
+                )
+            changes["run_retention_days"] = days
         async with _transaction(info) as conn:
-            await admin_service.update_platform_settings(conn, changes, now=info.context.now)
-            from agent_engine.db.platform import load_platform_settings
-
+            await admin_service.update_platform_settings(
+                conn, changes, actor_id=viewer.user_id, now=info.context.now
+            )
             current = await load_platform_settings(conn)
         return PlatformSettings.from_value(current)
 

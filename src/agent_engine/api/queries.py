@@ -11,6 +11,7 @@ import strawberry
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.agents import audit
 from agent_engine.api.context import Context
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import page_size
@@ -19,6 +20,7 @@ from agent_engine.api.types import (
     AgentConnection,
     AgentModel,
     AgentStatus,
+    AuditEntryConnection,
     BudgetAlert,
     Info,
     OwnerSpend,
@@ -244,6 +246,33 @@ class Query:
         async with info.context.engine.connect() as conn:
             spend = await spend_by_owner(conn, window=window)
         return [OwnerSpend.from_value(value) for value in spend]
+
+    @described(
+        description=(
+            "Admin only. The audit log of admin actions, newest first: by agent, by the user "
+            "acted on (an agent's owner for actions on agents), or by the admin who acted."
+        )
+    )
+    async def admin_audit_log(
+        self,
+        info: Info,
+        first: int = 50,
+        after: str | None = None,
+        agent_id: strawberry.ID | None = None,
+        user_id: strawberry.ID | None = None,
+        actor_id: strawberry.ID | None = None,
+    ) -> AuditEntryConnection:
+        info.context.require_admin()
+        size = page_size(first)
+        where = audit.AuditFilter(
+            agent_id=parse_id(agent_id, "agentId") if agent_id is not None else None,
+            user_id=parse_id(user_id, "userId") if user_id is not None else None,
+            actor_id=parse_id(actor_id, "actorId") if actor_id is not None else None,
+        )
+        cursor = decode_cursor("audit", after)
+        async with info.context.engine.connect() as conn:
+            rows = await audit.fetch_page(conn, first=size, after=cursor, where=where)
+        return AuditEntryConnection.from_rows(rows, size)
 
 
 __all__ = ["Context", "Query", "fetch_owned_agents", "fetch_runs", "visible_agent"]

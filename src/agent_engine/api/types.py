@@ -20,6 +20,7 @@ from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
 from strawberry.types.nodes import SelectedField, Selection
 
+from agent_engine.agents.audit import AuditRow
 from agent_engine.api.context import Context
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
@@ -442,6 +443,12 @@ class PlatformSettings:
             "default [80, 100]."
         )
     )
+    run_retention_days: int | None = strawberry.field(
+        description=(
+            "Finished runs older than this many days are pruned, except the current budget week "
+            "and each agent's last run; null = keep forever."
+        )
+    )
 
     @classmethod
     def from_value(cls, value: PlatformSettingsRow) -> PlatformSettings:
@@ -452,6 +459,7 @@ class PlatformSettings:
             iteration_cap=value.iteration_cap,
             currency=value.currency,
             budget_alert_percents=list(value.budget_alert_percents),
+            run_retention_days=value.run_retention_days,
         )
 
 
@@ -656,6 +664,11 @@ class Agent:
         status = gate.agent_status(**_gate(self.row), has_schedule=self.row["schedule"] is not None)
         return AgentStatus[status.name]
 
+    @described(description="Why an admin paused it (null when not paused or no note was given).")
+    def admin_pause_note(self) -> str | None:
+        note: str | None = self.row.get("admin_pause_note")
+        return note
+
     @described(
         description=(
             "True when the start gate is open "
@@ -788,6 +801,75 @@ class AgentConnection:
 class RunEvent:
     run: Run
     previous_state: RunState | None
+
+
+@strawberry.type
+class AuditEntry:
+    entry: strawberry.Private[AuditRow]
+    id: strawberry.ID
+    at: datetime
+    action: str = strawberry.field(
+        description=(
+            "e.g. agent.admin_paused, agent.admin_unpaused, agent.deleted, user.deactivated, "
+            "user.reactivated, model.upserted, model.removed, tool.allowed, tool.disallowed, "
+            "settings.updated, delivery_target.upserted"
+        )
+    )
+    agent_id: strawberry.ID | None
+    user_id: strawberry.ID | None
+    details: JSON | None
+
+    @classmethod
+    def from_row(cls, entry: AuditRow) -> AuditEntry:
+        def ident(value: int | None) -> strawberry.ID | None:
+            return strawberry.ID(str(value)) if value is not None else None
+
+        return cls(
+            entry=entry,
+            id=strawberry.ID(str(entry.id)),
+            at=entry.at,
+            action=entry.action,
+            agent_id=ident(entry.agent_id),
+            user_id=ident(entry.user_id),
+            details=entry.details,
+        )
+
+    @described(description="The user who did it; null for the engine itself.")
+    async def actor(self, info: Info) -> User | None:
+        if self.entry.actor_id is None:
+            return None
+        row = await info.context.loaders.user.load(self.entry.actor_id)
+        if row is None:
+            return None
+        platform = await info.context.loaders.platform()
+        return User.from_row(row, platform_zone=platform.timezone)
+
+
+@strawberry.type
+class AuditEntryEdge:
+    cursor: str
+    node: AuditEntry
+
+
+@strawberry.type
+class AuditEntryConnection:
+    edges: list[AuditEntryEdge]
+    page_info: PageInfo
+
+    @classmethod
+    def from_rows(cls, rows: list[AuditRow], first: int) -> AuditEntryConnection:
+        page = rows[:first]
+        edges = [
+            AuditEntryEdge(cursor=encode_cursor("audit", r.id), node=AuditEntry.from_row(r))
+            for r in page
+        ]
+        return cls(
+            edges=edges,
+            page_info=PageInfo(
+                has_next_page=len(rows) > first,
+                end_cursor=edges[-1].cursor if edges else None,
+            ),
+        )
 
 
 @strawberry.type
@@ -943,3 +1025,6 @@ class PlatformSettingsInput:
     iteration_cap: int | None = strawberry.UNSET
     currency: str | None = strawberry.UNSET
     budget_alert_percents: list[int] | None = strawberry.UNSET
+    run_retention_days: int | None = strawberry.field(
+        default=strawberry.UNSET, description="Absent: unchanged. Explicit null: keep forever."
+    )

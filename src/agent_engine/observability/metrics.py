@@ -2,22 +2,26 @@
 
 Two kinds, deliberately:
 - Cluster-wide facts read from PostgreSQL at scrape time (runs by state and reason, tokens spent,
-  run duration quantiles, scheduler lag, stale runs reaped). The journal is the source of truth
-  and any api replica reports the same numbers, however many workers ran the runs. Every query is
-  bounded by an index (the budget window on `finished_at`, the partial unfinished-run index, the
-  due-scan index), so a scrape stays cheap on a large journal.
-- Process-local instruments of the api (active subscriptions, GraphQL requests).
+  run duration quantiles, scheduler lag, stale runs reaped, the oldest queued run and the oldest
+  heartbeat; from `engine_activity` the ticks and pruned runs). The journal is the source of
+  truth and any api replica reports the same numbers, however many workers ran the runs. Every
+  query is bounded by an index (the budget window on `finished_at`, the partial unfinished-run
+  index, the due-scan index), so a scrape stays cheap on a large journal.
+- Process-local instruments of the api (active subscriptions, GraphQL requests, HTTP requests by
+  route and status with their latency, see `observability/http.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.activity import RUNS_PRUNED, TICK_PREFIX
 
 # Runs finished this long ago still count in the "recent" families.
 RECENT_WINDOW = "1 hour"
@@ -32,6 +36,18 @@ GRAPHQL_REQUESTS = Counter(
     "agent_engine_graphql_requests",
     "GraphQL operations executed by this api process, by outcome.",
     ["outcome"],
+    registry=REGISTRY,
+)
+HTTP_REQUESTS = Counter(
+    "agent_engine_http_requests",
+    "HTTP requests answered by this api process, by route, method and status code.",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+)
+HTTP_REQUEST_DURATION = Histogram(
+    "agent_engine_http_request_duration_seconds",
+    "Time to answer an HTTP request on this api process (to the end of the response body).",
+    ["route"],
     registry=REGISTRY,
 )
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -60,6 +76,19 @@ _SNAPSHOT_SQL = text(
     SELECT 'lag', NULL, NULL,
            coalesce(EXTRACT(EPOCH FROM now() - min(next_run_at)), 0)::float8
         FROM agents WHERE next_run_at IS NOT NULL AND next_run_at <= now()
+    UNION ALL
+    SELECT 'queue_age', NULL, NULL,
+           coalesce(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+        FROM agent_runs WHERE state = 'queued'
+    UNION ALL
+    SELECT 'heartbeat_age', NULL, NULL,
+           coalesce(EXTRACT(EPOCH FROM now() - min(coalesce(heartbeat_at, started_at))), 0)::float8
+        FROM agent_runs WHERE state = 'running'
+    UNION ALL
+    SELECT 'activity_count', name, NULL, count::float8 FROM engine_activity
+    UNION ALL
+    SELECT 'activity_age', name, NULL, EXTRACT(EPOCH FROM now() - last_at)::float8
+        FROM engine_activity WHERE last_at IS NOT NULL
     """
 )
 
@@ -96,11 +125,36 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
         "agent_engine_stale_runs_reaped_recent",
         f"Runs the reaper failed as stale in the last {RECENT_WINDOW}.",
     )
+    queue_age = GaugeMetricFamily(
+        "agent_engine_queued_run_age_seconds",
+        "Age of the oldest queued run (0 when none waits): how long runs wait for a worker.",
+    )
+    heartbeat_age = GaugeMetricFamily(
+        "agent_engine_running_heartbeat_age_seconds",
+        "Seconds since the stalest running run's last heartbeat (0 when none runs).",
+    )
+    pruned = CounterMetricFamily(
+        "agent_engine_runs_pruned",
+        "Finished runs deleted by run retention (runRetentionDays), cluster-wide.",
+    )
+    ticks = CounterMetricFamily(
+        "agent_engine_ticks",
+        "Periodic ticks completed by the workers, by tick (schedule, reap, retention).",
+        labels=["tick"],
+    )
+    tick_age = GaugeMetricFamily(
+        "agent_engine_tick_age_seconds",
+        "Seconds since a worker last completed the tick (absent until the first one).",
+        labels=["tick"],
+    )
     for unfinished_state in ("queued", "running"):
         unfinished.add_metric([unfinished_state], 0.0)
     stale_count = 0.0
     lag_seconds = 0.0
     token_total = 0.0
+    pruned_total = 0.0
+    queue_age_seconds = 0.0
+    heartbeat_age_seconds = 0.0
     for kind, state, reason, value in await conn.execute(_SNAPSHOT_SQL):
         if kind == "finished":
             finished.add_metric([state, reason or ""], value)
@@ -114,6 +168,16 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
             duration.add_metric([reason], value)
         elif kind == "lag":
             lag_seconds = max(0.0, value)
+        elif kind == "queue_age":
+            queue_age_seconds = max(0.0, value)
+        elif kind == "heartbeat_age":
+            heartbeat_age_seconds = max(0.0, value)
+        elif kind == "activity_count" and state == RUNS_PRUNED:
+            pruned_total = value
+        elif kind == "activity_count" and state.startswith(TICK_PREFIX):
+            ticks.add_metric([state.removeprefix(TICK_PREFIX)], value)
+        elif kind == "activity_age" and state.startswith(TICK_PREFIX):
+            tick_age.add_metric([state.removeprefix(TICK_PREFIX)], max(0.0, value))
     tokens.add_metric([], token_total)
     lag.add_metric([], lag_seconds)
     stale.add_metric([], stale_count)
@@ -124,7 +188,23 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
     )
     for percent, count in await conn.execute(_BUDGET_ALERTS_SQL):
         alerts.add_metric([str(percent)], float(count))
-    return [finished, unfinished, tokens, duration, lag, stale, alerts]
+    queue_age.add_metric([], queue_age_seconds)
+    heartbeat_age.add_metric([], heartbeat_age_seconds)
+    pruned.add_metric([], pruned_total)
+    return [
+        finished,
+        unfinished,
+        tokens,
+        duration,
+        lag,
+        stale,
+        queue_age,
+        heartbeat_age,
+        pruned,
+        ticks,
+        tick_age,
+        alerts,
+    ]
 
 
 class _Snapshot:

@@ -1,4 +1,4 @@
-"""The three actors, thin: each reads its settings, calls one function of `runs/`, returns.
+"""The actors, thin: each reads its settings, calls one function of `runs/`, returns.
 
 Actors are declared on a broker by `declare_actors` (called from `broker.configure_broker`), not at
 import time, so importing this module connects to nothing. The per-process database engine,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,9 +26,10 @@ from dramatiq.middleware import AsyncIO, Middleware
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import activity
 from agent_engine.db.engine import create_engine
 from agent_engine.domain.runs import RunState
-from agent_engine.runs import execute, reaper, scheduler
+from agent_engine.runs import execute, reaper, retention, scheduler
 from agent_engine.runs.execute import Claim
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
@@ -218,11 +220,33 @@ async def reap_stale_runs() -> None:
         )
 
 
+async def prune_finished_runs() -> None:
+    context = _require_context()
+    result = await retention.prune_finished_runs(
+        context.engine, now=execute.utc_now(), batch_size=context.settings.retention_batch_size
+    )
+    if result.deleted:
+        log.info("retention: pruned %d finished runs before %s", result.deleted, result.cutoff)
+
+
+def _recorded_tick(name: str, tick: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """The tick, then its completion stamped in `engine_activity` (the "no tick" alert)."""
+
+    async def recorded() -> None:
+        await tick()
+        async with _require_context().engine.begin() as conn:
+            await activity.bump(conn, activity.tick_name(name))
+
+    recorded.__name__ = recorded.__qualname__ = tick.__name__
+    return recorded
+
+
 @dataclass(frozen=True)
 class Actors:
     execute_run: dramatiq.Actor[[int], None]
     schedule_due_agents: dramatiq.Actor[[], None]
     reap_stale_runs: dramatiq.Actor[[], None]
+    prune_finished_runs: dramatiq.Actor[[], None]
 
 
 class SharedAsyncIO(AsyncIO):
@@ -290,6 +314,7 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
     execute_limit_ms = int((settings.run_timeout_seconds + ACTOR_TIME_LIMIT_MARGIN_SECONDS) * 1000)
     schedule_max_age_s = max(settings.schedule_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
     reap_max_age_s = max(settings.reap_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
+    retention_max_age_s = max(settings.retention_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
     return Actors(
         execute_run=dramatiq.actor(
             broker=broker,
@@ -309,7 +334,7 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
             time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
             max_retries=0,
             max_age=int(schedule_max_age_s * 1000),
-        )(schedule_due_agents),
+        )(_recorded_tick("schedule", schedule_due_agents)),
         reap_stale_runs=dramatiq.actor(
             broker=broker,
             actor_name="reap_stale_runs",
@@ -318,5 +343,14 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
             time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
             max_retries=0,
             max_age=int(reap_max_age_s * 1000),
-        )(reap_stale_runs),
+        )(_recorded_tick("reap", reap_stale_runs)),
+        prune_finished_runs=dramatiq.actor(
+            broker=broker,
+            actor_name="prune_finished_runs",
+            queue_name=TICKS_QUEUE,
+            priority=TICK_PRIORITY,
+            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
+            max_retries=0,
+            max_age=int(retention_max_age_s * 1000),
+        )(_recorded_tick("retention", prune_finished_runs)),
     )

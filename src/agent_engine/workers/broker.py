@@ -91,6 +91,10 @@ def send_reap_tick() -> None:
     actors().reap_stale_runs.send()
 
 
+def send_retention_tick() -> None:
+    actors().prune_finished_runs.send()
+
+
 def close_broker() -> None:
     """Close the broker's connections (process exit, tests)."""
     global _configured

@@ -54,6 +54,7 @@ OPERATIONS: dict[str, tuple[str, Any]] = {
     "adminRuns": ("{ adminRuns { edges { node { id } } } }", None),
     "adminTools": ("{ adminTools { id } }", None),
     "platformSettings": ("{ platformSettings { timezone } }", None),
+    "adminAuditLog": ("{ adminAuditLog { edges { node { id action } } } }", None),
     "createAgent": (
         'mutation { createAgent(input: {name: "n", prompt: "p"}) { id } }',
         None,
@@ -121,6 +122,7 @@ ADMIN_ONLY = {
     "adminRuns",
     "adminTools",
     "platformSettings",
+    "adminAuditLog",
     "setAdminPaused",
     "deactivateOwner",
     "reactivateOwner",

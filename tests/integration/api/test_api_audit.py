@@ -1,0 +1,297 @@
+"""Pause notes, the audit log of admin actions, and the retention setting, over HTTP."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.integration.api.support import FIXED_NOW, Api, codes, error
+from tests.support.factories import Factories
+
+ADMIN = 910
+OTHER_ADMIN = 911
+
+PAUSE = """mutation($a: ID!, $p: Boolean!, $n: String) {
+  setAdminPaused(agentId: $a, paused: $p, note: $n) { status adminPauseNote } }"""
+AUDIT = """query($first: Int!, $after: String, $agent: ID, $user: ID, $actor: ID) {
+  adminAuditLog(first: $first, after: $after, agentId: $agent, userId: $user, actorId: $actor) {
+    edges { cursor node { id at action agentId userId details actor { id displayName } } }
+    pageInfo { hasNextPage endCursor } } }"""
+SETTINGS = """mutation($input: PlatformSettingsInput!) { updatePlatformSettings(input: $input) {
+  weeklyTokenCap timezone runRetentionDays } }"""
+
+
+async def audit_log(api: Api, token: str, **variables: Any) -> list[dict[str, Any]]:
+    data = await api.data(AUDIT, {"first": 100, **variables}, token)
+    return [edge["node"] for edge in data["adminAuditLog"]["edges"]]
+
+
+async def test_the_pause_note_is_shown_to_the_owner_until_unpaused(
+    api: Api, factories: Factories
+) -> None:
+    owner = await factories.user()
+    agent = await factories.agent(user_id=owner["id"])
+    admin = api.token(ADMIN, admin=True)
+    mine = api.token(owner["id"])
+    ident = str(agent["id"])
+    read = "query($a: ID!) { agent(id: $a) { status adminPauseNote } }"
+
+    note = "policy review, see ticket 42"
+    await api.data(PAUSE, {"a": ident, "p": True, "n": note}, admin)
+    assert (await api.data(read, {"a": ident}, mine))["agent"] == {
+        "status": "ADMIN_PAUSED",
+        "adminPauseNote": note,
+    }
+    # Paused again without a note: the old note does not linger.
+    await api.data(PAUSE, {"a": ident, "p": True}, admin)
+    assert (await api.data(read, {"a": ident}, mine))["agent"]["adminPauseNote"] is None
+    await api.data(PAUSE, {"a": ident, "p": True, "n": "  second look  "}, admin)
+    assert (await api.data(read, {"a": ident}, mine))["agent"]["adminPauseNote"] == "second look"
+
+    unpaused = (await api.data(PAUSE, {"a": ident, "p": False}, admin))["setAdminPaused"]
+    assert unpaused == {"status": "MANUAL", "adminPauseNote": None}
+
+    too_long = await api.gql(PAUSE, {"a": ident, "p": True, "n": "x" * 501}, admin)
+    assert codes(too_long) == ["BAD_USER_INPUT"]
+    assert error(too_long)["extensions"]["field"] == "note"
+    assert (await api.data(read, {"a": ident}, mine))["agent"]["status"] == "MANUAL"
+    exactly = await api.data(PAUSE, {"a": ident, "p": True, "n": "y" * 500}, admin)
+    assert exactly["setAdminPaused"]["adminPauseNote"] == "y" * 500
+    # Owners cannot touch the lock, note or not.
+    refused = await api.gql(PAUSE, {"a": ident, "p": False, "n": "mine"}, mine)
+    assert codes(refused) == ["FORBIDDEN"]
+
+
+async def test_every_admin_action_is_recorded_with_actor_time_and_details(
+    api: Api, factories: Factories
+) -> None:
+    owner = await factories.user(display_name="Olive Owner")
+    await factories.user(ADMIN, display_name="Ada Admin")
+    agent = await factories.agent(user_id=owner["id"], name="Digest")
+    doomed = await factories.agent(user_id=owner["id"], name="Old digest")
+    tool = await factories.tool("stock_prices", agents_allowed=False)
+    admin = api.token(ADMIN, admin=True, name="Ada Admin")
+
+    await api.data(PAUSE, {"a": str(agent["id"]), "p": True, "n": "ticket 42"}, admin)
+    await api.data(PAUSE, {"a": str(agent["id"]), "p": False, "n": "resolved"}, admin)
+    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": str(doomed["id"])}, admin)
+    upsert = "mutation($i: AgentModelInput!) { upsertAgentModel(input: $i) { id } }"
+    model_id = (
+        await api.data(
+            upsert,
+            {
+                "i": {
+                    "name": "GPT",
+                    "provider": "openai",
+                    "model": "gpt-4o-mini",
+                    "baseUrl": "https://svc:hunter2@llm.example.com/v1?api-key=s3cret",
+                    "apiKeyEnv": "OPENAI_API_KEY",
+                }
+            },
+            admin,
+        )
+    )["upsertAgentModel"]["id"]
+    await api.data(
+        upsert,
+        {"i": {"id": model_id, "name": "GPT mini", "provider": "openai", "model": "gpt-4o-mini"}},
+        admin,
+    )
+    await api.data("mutation($m: ID!) { removeAgentModel(id: $m) }", {"m": model_id}, admin)
+    toggle = "mutation($t: ID!, $on: Boolean!) { setToolAllowed(toolId: $t, allowed: $on) { id } }"
+    await api.data(toggle, {"t": str(tool["id"]), "on": True}, admin)
+    await api.data(toggle, {"t": str(tool["id"]), "on": False}, admin)
+    await api.data(SETTINGS, {"input": {"weeklyTokenCap": 5000, "runRetentionDays": 90}}, admin)
+    await api.data(
+        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, admin
+    )
+
+    entries = await audit_log(api, admin)
+    assert [e["action"] for e in entries] == [
+        "user.deactivated",
+        "settings.updated",
+        "tool.disallowed",
+        "tool.allowed",
+        "model.removed",
+        "model.upserted",
+        "model.upserted",
+        "agent.deleted",
+        "agent.admin_unpaused",
+        "agent.admin_paused",
+    ]
+    assert {e["actor"]["id"] for e in entries} == {str(ADMIN)}
+    assert {e["actor"]["displayName"] for e in entries} == {"Ada Admin"}
+    times = [datetime.fromisoformat(e["at"]) for e in entries]
+    assert all(t.tzinfo is not None for t in times)
+    assert times == sorted(times, reverse=True)
+    by_action = {e["action"]: e for e in reversed(entries)}  # the last of each action wins
+
+    paused = entries[-1]
+    assert paused["agentId"] == str(agent["id"]) and paused["userId"] == str(owner["id"])
+    assert paused["details"]["note"] == "ticket 42"
+    unpaused = by_action["agent.admin_unpaused"]
+    assert unpaused["details"]["previousNote"] == "ticket 42"
+    assert unpaused["details"]["note"] == "resolved"
+    deleted = by_action["agent.deleted"]
+    assert deleted["agentId"] == str(doomed["id"])
+    assert deleted["details"]["agentName"] == "Old digest"
+    created, updated = entries[6], entries[5]
+    assert created["details"]["created"] is True
+    assert created["details"]["model"]["baseUrl"] == "https://llm.example.com/v1"
+    assert updated["details"]["changes"]["name"] == {"old": "GPT", "new": "GPT mini"}
+    assert all("hunter2" not in str(e["details"]) for e in entries)
+    assert all("s3cret" not in str(e["details"]) for e in entries)
+    assert by_action["tool.disallowed"]["details"]["name"] == "stock_prices"
+    assert by_action["settings.updated"]["details"] == {
+        "weeklyTokenCap": {"old": None, "new": 5000},
+        "runRetentionDays": {"old": None, "new": 90},
+    }
+    deactivated = by_action["user.deactivated"]
+    assert deactivated["userId"] == str(owner["id"])
+    assert deactivated["details"]["agentsSwitchedOff"] == [agent["id"]]
+
+
+async def test_owners_own_actions_are_not_audited(api: Api, factories: Factories) -> None:
+    owner = await factories.user()
+    await factories.model(is_default=True)
+    mine = api.token(owner["id"])
+    created = await api.data(
+        'mutation { createAgent(input: { name: "Mine", prompt: "p" }) { id } }', None, mine
+    )
+    ident = created["createAgent"]["id"]
+    await api.data(
+        'mutation($a: ID!) { updateAgent(id: $a, input: { name: "Renamed" }) { id } }',
+        {"a": ident},
+        mine,
+    )
+    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": ident}, mine)
+    # An admin deleting their own agent is an owner's action too.
+    admin = api.token(ADMIN, admin=True)
+    admin_agent = await api.data(
+        'mutation { createAgent(input: { name: "Admin own", prompt: "p" }) { id } }', None, admin
+    )
+    await api.data(
+        "mutation($a: ID!) { deleteAgent(id: $a) }",
+        {"a": admin_agent["createAgent"]["id"]},
+        admin,
+    )
+    assert await audit_log(api, admin) == []
+
+
+async def test_refused_and_rolled_back_actions_leave_no_entry(
+    api: Api, factories: Factories, engine: AsyncEngine
+) -> None:
+    admin = api.token(ADMIN, admin=True)
+    # Refused before anything was written.
+    assert codes(await api.gql(PAUSE, {"a": "424242", "p": True}, admin)) == ["NOT_FOUND"]
+    assert codes(await api.gql(SETTINGS, {"input": {"runRetentionDays": 0}}, admin)) == [
+        "BAD_USER_INPUT"
+    ]
+    # Written, then rolled back: a new organisation zone re-slots the calendar agents of owners
+    # without a zone of their own in the same transaction; one with a schedule the code cannot
+    # read fails it after the settings and their audit entry were written.
+    zoneless = await factories.user(timezone=None)
+    await factories.agent(
+        user_id=zoneless["id"],
+        schedule={"type": "calendar", "cadence": "daily", "time": "25:99"},
+        next_run_at=FIXED_NOW + timedelta(hours=1),
+    )
+    failed = await api.gql(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, admin)
+    assert codes(failed) == ["INTERNAL"]
+    current = await api.data("{ platformSettings { timezone } }", None, admin)
+    assert current["platformSettings"]["timezone"] == "UTC"
+    assert await audit_log(api, admin) == []
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM audit_log"))).scalar_one() == 0
+    # The same change once the schedule is readable: applied, and recorded.
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE agents SET schedule = CAST(:s AS jsonb) WHERE user_id = :u"),
+            {"s": '{"type": "calendar", "cadence": "daily", "time": "09:00"}', "u": zoneless["id"]},
+        )
+    await api.data(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, admin)
+    [entry] = await audit_log(api, admin)
+    assert entry["details"] == {"timezone": {"old": "UTC", "new": "Europe/Berlin"}}
+
+
+async def test_the_log_filters_by_agent_user_and_actor_and_pages_newest_first(
+    api: Api, factories: Factories
+) -> None:
+    first_owner, second_owner = await factories.user(), await factories.user()
+    a1 = await factories.agent(user_id=first_owner["id"])
+    a2 = await factories.agent(user_id=second_owner["id"])
+    admin, other_admin = api.token(ADMIN, admin=True), api.token(OTHER_ADMIN, admin=True)
+    for agent, token in ((a1, admin), (a2, admin), (a1, other_admin), (a2, other_admin)):
+        await api.data(PAUSE, {"a": str(agent["id"]), "p": True, "n": f"by {token[-6:]}"}, token)
+
+    everything = await audit_log(api, admin)
+    assert len(everything) == 4
+    assert [int(e["id"]) for e in everything] == sorted(
+        (int(e["id"]) for e in everything), reverse=True
+    )
+    on_a1 = await audit_log(api, admin, agent=str(a1["id"]))
+    assert {e["agentId"] for e in on_a1} == {str(a1["id"])} and len(on_a1) == 2
+    for_second = await audit_log(api, admin, user=str(second_owner["id"]))
+    assert {e["agentId"] for e in for_second} == {str(a2["id"])} and len(for_second) == 2
+    by_other = await audit_log(api, admin, actor=str(OTHER_ADMIN))
+    assert [e["id"] for e in by_other] == [e["id"] for e in everything[:2]]
+
+    page = (await api.data(AUDIT, {"first": 3}, admin))["adminAuditLog"]
+    assert page["pageInfo"]["hasNextPage"] is True
+    rest = (await api.data(AUDIT, {"first": 3, "after": page["pageInfo"]["endCursor"]}, admin))[
+        "adminAuditLog"
+    ]
+    assert rest["pageInfo"]["hasNextPage"] is False
+    assert [e["node"]["id"] for e in page["edges"] + rest["edges"]] == [e["id"] for e in everything]
+    bad_cursor = await api.gql(AUDIT, {"first": 3, "after": "not-a-cursor"}, admin)
+    assert error(bad_cursor)["extensions"]["field"] == "after"
+
+
+async def test_the_log_is_for_admins_only(api: Api, factories: Factories) -> None:
+    owner = await factories.user()
+    body = await api.gql(AUDIT, {"first": 5}, api.token(owner["id"]))
+    assert codes(body) == ["FORBIDDEN"]
+
+
+async def test_the_log_is_append_only(api: Api, factories: Factories, engine: AsyncEngine) -> None:
+    agent = await factories.agent()
+    await api.data(PAUSE, {"a": str(agent["id"]), "p": True}, api.token(ADMIN, admin=True))
+    for statement in (
+        "UPDATE audit_log SET action = 'nothing.happened'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ):
+        with pytest.raises(DBAPIError, match="append-only"):
+            async with engine.begin() as conn:
+                await conn.execute(text(statement))
+    async with engine.connect() as conn:
+        actions = (await conn.execute(text("SELECT action FROM audit_log"))).scalars().all()
+    assert actions == ["agent.admin_paused"]
+
+
+@pytest.mark.parametrize("days", [0, -3, 3651])
+async def test_run_retention_days_out_of_range_is_bad_input(api: Api, days: int) -> None:
+    body = await api.gql(
+        SETTINGS, {"input": {"runRetentionDays": days}}, api.token(ADMIN, admin=True)
+    )
+    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error(body)["extensions"]["field"] == "input.runRetentionDays"
+
+
+async def test_run_retention_days_is_set_kept_and_cleared(api: Api) -> None:
+    admin = api.token(ADMIN, admin=True)
+    assert (await api.data(SETTINGS, {"input": {"runRetentionDays": 1}}, admin))[
+        "updatePlatformSettings"
+    ]["runRetentionDays"] == 1
+    kept = await api.data(SETTINGS, {"input": {"weeklyTokenCap": 10}}, admin)
+    assert kept["updatePlatformSettings"]["runRetentionDays"] == 1
+    read = await api.data("{ platformSettings { runRetentionDays } }", None, admin)
+    assert read["platformSettings"]["runRetentionDays"] == 1
+    cleared = await api.data(SETTINGS, {"input": {"runRetentionDays": None}}, admin)
+    assert cleared["updatePlatformSettings"]["runRetentionDays"] is None
+    top = await api.data(SETTINGS, {"input": {"runRetentionDays": 3650}}, admin)
+    assert top["updatePlatformSettings"]["runRetentionDays"] == 3650
