@@ -11,7 +11,7 @@ import dramatiq
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
-from tests.integration.runs.support import fetch
+from tests.integration.runs.support import eventually, fetch
 from tests.integration.spend.support import SETTINGS, Client
 from tests.integration.subscriptions.support import GraphQLWs, Server, acknowledged_client
 
@@ -116,6 +116,8 @@ async def test_one_run_past_two_thresholds_records_both(
 
     await client.run_to_the_end(OWNER, agent)
 
+    # The worker records thresholds right after the finish it just committed.
+    await alerts_recorded(engine, 2)
     listed = (await client.data(VIEWER_ALERTS, user=OWNER))["viewer"]["budgetAlerts"]
     assert [(a["percent"], a["usedTokens"], a["capTokens"]) for a in listed] == [
         (50, TOKENS_PER_RUN, TOKENS_PER_RUN),
@@ -132,6 +134,7 @@ async def test_a_cap_change_records_only_the_thresholds_newly_crossed_on_the_nex
     agent = await client.agent(OWNER, await client.fake_model(fake_openai.base_url))
 
     await client.run_to_the_end(OWNER, agent)  # 15 of 20: past 50 %
+    await alerts_recorded(engine, 1)
     assert [a["percent"] for a in await stored_alerts(engine)] == [50]
 
     # A lower cap alone records nothing: only a finishing run does.
@@ -139,7 +142,7 @@ async def test_a_cap_change_records_only_the_thresholds_newly_crossed_on_the_nex
     assert [a["percent"] for a in await stored_alerts(engine)] == [50]
 
     await client.run_to_the_end(OWNER, agent)  # 30 of 16: past 100 %, 50 % not again
-    alerts = await stored_alerts(engine)
+    alerts = await alerts_recorded(engine, 2)
     assert [(a["percent"], a["used_tokens"], a["cap_tokens"]) for a in alerts] == [
         (50, 15, 20),
         (100, 30, 16),
@@ -175,3 +178,13 @@ async def test_alert_thresholds_and_currency_are_validated_settings(client: Clie
 
 async def stored_alerts(engine: AsyncEngine) -> list[dict[str, Any]]:
     return await fetch(engine, "SELECT * FROM budget_alerts ORDER BY percent")
+
+
+async def alerts_recorded(engine: AsyncEngine, count: int) -> list[dict[str, Any]]:
+    """The stored alerts once there are `count` of them (a few more must not appear meanwhile)."""
+
+    async def probe() -> list[dict[str, Any]] | None:
+        alerts = await stored_alerts(engine)
+        return alerts if len(alerts) >= count else None
+
+    return list(await eventually(probe, what=f"{count} budget alerts"))
