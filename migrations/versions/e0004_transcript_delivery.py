@@ -90,6 +90,26 @@ BEGIN
 END $$
 """
 
+# A run finished by a path that does not know the split (the reaper fails a stale run with the
+# tokens of its last heartbeat): the split is taken from the recorded model calls, and tokens the
+# transcript does not account for count as completion tokens. The worker's own finish and
+# cancelRun write a split that adds up, so this does not fire for them.
+TOKEN_SPLIT_FUNCTION = """
+CREATE FUNCTION agent_runs_token_split() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    steps_prompt bigint;
+    steps_completion bigint;
+BEGIN
+    SELECT COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
+    INTO steps_prompt, steps_completion
+    FROM agent_run_steps WHERE run_id = NEW.id;
+    NEW.tokens_used := GREATEST(NEW.tokens_used, steps_prompt + steps_completion);
+    NEW.prompt_tokens := LEAST(steps_prompt, NEW.tokens_used);
+    NEW.completion_tokens := NEW.tokens_used - NEW.prompt_tokens;
+    RETURN NEW;
+END $$
+"""
+
 TERMINAL = "('succeeded', 'failed', 'skipped')"
 
 
@@ -240,6 +260,13 @@ def upgrade() -> None:
         "CREATE TRIGGER agent_run_steps_notify AFTER INSERT OR UPDATE ON agent_run_steps"
         " FOR EACH ROW EXECUTE FUNCTION agent_run_steps_notify()"
     )
+    op.execute(TOKEN_SPLIT_FUNCTION)
+    op.execute(
+        "CREATE TRIGGER agent_runs_token_split BEFORE UPDATE ON agent_runs FOR EACH ROW"
+        " WHEN (NEW.prompt_tokens + NEW.completion_tokens <> NEW.tokens_used"
+        f" AND NEW.state IN {TERMINAL})"
+        " EXECUTE FUNCTION agent_runs_token_split()"
+    )
     op.execute(FINISH_FUNCTION)
     op.execute(
         "CREATE TRIGGER agent_runs_finish_insert AFTER INSERT ON agent_runs"
@@ -257,6 +284,8 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER agent_runs_finish_state ON agent_runs")
     op.execute("DROP TRIGGER agent_runs_finish_insert ON agent_runs")
     op.execute("DROP FUNCTION agent_runs_on_finish()")
+    op.execute("DROP TRIGGER agent_runs_token_split ON agent_runs")
+    op.execute("DROP FUNCTION agent_runs_token_split()")
     op.drop_index(op.f("ix_run_deliveries_target_id"), table_name="run_deliveries")
     op.drop_index(
         "ix_run_deliveries_finished_at",

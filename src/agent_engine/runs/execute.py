@@ -22,7 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
+from agent_engine.runs import steps
 from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runtime.context import (
     CONTEXT_COLUMNS,
     CONTEXT_FROM,
@@ -73,9 +75,15 @@ _HEARTBEAT_SQL = text(
     " WHERE id = :run_id AND state = 'running'"
 )
 
+# issue 16: the finish also writes the token split (NULL prompt: unknown, the database derives
+# it from the steps) and the step end the transcript still holds (steps.FINISH_STEP_CTE).
 _FINISH_SQL = text(
-    "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
-    " tokens_used = GREATEST(tokens_used, :tokens), finished_at = :now, heartbeat_at = :now"
+    steps.FINISH_STEP_CTE
+    + "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
+    " tokens_used = GREATEST(tokens_used, :tokens),"
+    " prompt_tokens = COALESCE(:prompt, prompt_tokens),"
+    " completion_tokens = COALESCE(GREATEST(tokens_used, :tokens) - :prompt, completion_tokens),"
+    " finished_at = :now, heartbeat_at = :now"
     " WHERE id = :run_id AND state = 'running'"
 )
 
@@ -105,8 +113,11 @@ async def execute_run(
     now_fn: NowFn = utc_now,
     heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
     run_timeout: timedelta = RUN_TIMEOUT,
+    cancels: CancelWatcher | None = None,
 ) -> RunState | None:
-    """Execute a queued run. Returns the state this call left it in, None if it changed nothing."""
+    """Execute a queued run. Returns the state this call left it in, None if it changed nothing.
+
+    With `cancels`, a cancelRun stops the work wherever it is (the API already wrote the row)."""
     claimed, ctx = await _claim(engine, run_id, now=now_fn())
     if claimed is not RunState.RUNNING:
         return claimed
@@ -117,7 +128,13 @@ async def execute_run(
         )
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
-    work = asyncio.ensure_future(runtime.execute(ctx, now=now_fn(), on_tokens=meter.record))
+    # issue 16: the transcript, and the cancel watcher that may cancel `work`.
+    transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn)
+    work = asyncio.ensure_future(
+        runtime.execute(ctx, now=now_fn(), on_tokens=meter.record, transcript=transcript)
+    )
+    if cancels is not None:
+        cancels.watch(run_id, work)
     beat = asyncio.ensure_future(
         _heartbeat(engine, run_id, interval=heartbeat_interval, now_fn=now_fn, meter=meter)
     )
@@ -129,7 +146,14 @@ async def execute_run(
         # Worker shutdown or the actor's time limit: release the agent now rather than after
         # STALE_AFTER, then let the cancellation go on.
         await _cancel(work, beat)
-        await _fail(engine, run_id, now=now_fn(), error=INTERRUPTED_ERROR, tokens=meter.total)
+        await _fail(
+            engine,
+            run_id,
+            now=now_fn(),
+            error=INTERRUPTED_ERROR,
+            tokens=meter.total,
+            transcript=transcript,
+        )
         raise
     if work not in done:
         await _cancel(work, beat)
@@ -142,14 +166,24 @@ async def execute_run(
             now=now_fn(),
             error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
             tokens=meter.total,
+            transcript=transcript,
         )
     await _cancel(beat)
+    if work.cancelled():
+        # issue 16: cancelRun ended the run (the API wrote failed/cancelled); nothing to write.
+        log.info("run %s was cancelled; its work stopped", run_id)
+        return None
     try:
         outcome = work.result()
     except Exception as exc:
         log.exception("run %s: the runtime raised", run_id)
         return await _fail(
-            engine, run_id, now=now_fn(), error=f"{type(exc).__name__}: {exc}", tokens=meter.total
+            engine,
+            run_id,
+            now=now_fn(),
+            error=f"{type(exc).__name__}: {exc}",
+            tokens=meter.total,
+            transcript=transcript,
         )
     return await _finish(
         engine,
@@ -160,6 +194,8 @@ async def execute_run(
         output=outcome.output,
         error=outcome.error,
         tokens=max(int(outcome.tokens_used), meter.total),
+        prompt_tokens=outcome.prompt_tokens,
+        transcript=transcript,
     )
 
 
@@ -233,6 +269,8 @@ async def _finish(
     tokens: int,
     output: str | None = None,
     error: str | None = None,
+    prompt_tokens: int | None = None,
+    transcript: steps.StepRecorder | None = None,
 ) -> RunState | None:
     rowcount = await _write_one(
         engine,
@@ -245,6 +283,8 @@ async def _finish(
             "output": output,
             "error": error,
             "tokens": tokens,
+            "prompt": prompt_tokens,
+            **(transcript.take_pending() if transcript is not None else steps.NO_PENDING),
         },
     )
     if rowcount == 0:
@@ -275,7 +315,13 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
 
 
 async def _fail(
-    engine: AsyncEngine, run_id: int, *, now: datetime, error: str, tokens: int
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    now: datetime,
+    error: str,
+    tokens: int,
+    transcript: steps.StepRecorder | None = None,
 ) -> RunState | None:
     """running → failed/error with the detail, like every other finish a compare-and-set."""
     return await _finish(
@@ -286,6 +332,7 @@ async def _fail(
         reason=RunReason.ERROR,
         error=error,
         tokens=tokens,
+        transcript=transcript,
     )
 
 

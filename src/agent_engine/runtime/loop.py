@@ -43,6 +43,14 @@ from agent_engine.runtime.tools.registry import (
     optional_tools,
     validate_arguments,
 )
+from agent_engine.runtime.transcript import (
+    StepEnd,
+    StepKind,
+    Transcript,
+    no_transcript,
+    step_output,
+    tool_input,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,9 @@ class RunOutcome:
     output: str | None
     error: str | None
     tokens_used: int
+    # The provider-reported split of tokens_used (their sum).
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 def truncate(text: str, limit: int) -> str:
@@ -140,16 +151,34 @@ class Runtime:
         *,
         now: datetime,
         on_tokens: Callable[[int], None] | None = None,
+        transcript: Transcript | None = None,
     ) -> RunOutcome:
-        tokens = 0
+        """Run the loop; every model call and tool call is reported to `transcript` as it starts
+        and as it ends (the run's steps)."""
+        record = transcript if transcript is not None else no_transcript()
+        prompt_tokens = 0
+        completion_tokens = 0
         texts: list[str] = []
 
         def partial() -> str | None:
             joined = "\n\n".join(texts).strip()
             return truncate(joined, self._max_output_chars) if joined else None
 
+        def outcome(
+            state: str, reason: str | None, output: str | None, error: str | None
+        ) -> RunOutcome:
+            return RunOutcome(
+                state,
+                reason,
+                output,
+                error,
+                prompt_tokens + completion_tokens,
+                prompt_tokens,
+                completion_tokens,
+            )
+
         def failed(reason: str, error: str) -> RunOutcome:
-            return RunOutcome(FAILED, reason, partial(), truncate(error, MAX_ERROR_CHARS), tokens)
+            return outcome(FAILED, reason, partial(), truncate(error, MAX_ERROR_CHARS))
 
         try:
             provider = await self._provider(ctx.model)
@@ -173,23 +202,43 @@ class Runtime:
                     tools=schemas,
                     owner_prompt=ctx.prompt,
                 )
+                step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
                     reply = await provider.complete(request)
                 except ProviderError as exc:
+                    await record.step_finished(
+                        step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                    )
                     return failed(REASON_ERROR, str(exc))
-                tokens += max(reply.tokens_used, 0)
+                call_prompt, call_completion = reply.token_split
+                prompt_tokens += call_prompt
+                completion_tokens += call_completion
+                await record.step_finished(
+                    step,
+                    StepEnd(
+                        output=step_output(reply.content or ""),
+                        prompt_tokens=call_prompt,
+                        completion_tokens=call_completion,
+                    ),
+                )
                 if on_tokens is not None:
-                    on_tokens(tokens)
+                    on_tokens(prompt_tokens + completion_tokens)
                 if reply.content and reply.content.strip():
                     texts.append(reply.content.strip())
                 if not reply.tool_calls:
                     output = truncate(reply.content or "", self._max_output_chars)
-                    return RunOutcome(SUCCEEDED, None, output, None, tokens)
+                    return outcome(SUCCEEDED, None, output, None)
                 if iteration == cap:
                     break
                 messages.append(_assistant_message(reply))
                 for call in reply.tool_calls:
-                    result = await self._call_tool(tools, call, tool_ctx)
+                    step = await record.step_started(
+                        StepKind.TOOL_CALL, call.name, tool_input(call.arguments)
+                    )
+                    result, error = await self._call_tool(tools, call, tool_ctx)
+                    await record.step_finished(
+                        step, StepEnd(output=step_output(result), error=error)
+                    )
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
             return failed(
                 REASON_ITERATION_CAP,
@@ -244,30 +293,35 @@ class Runtime:
 
     async def _call_tool(
         self, tools: dict[str, ToolSpec], call: ToolCall, tool_ctx: ToolCallContext
-    ) -> str:
+    ) -> tuple[str, str | None]:
+        """The result the model sees, and the error when the call failed (for the transcript)."""
         spec = tools.get(call.name)
         if spec is None:
-            return (
-                f"error: unknown tool '{call.name}'; the available tools are"
-                f" {', '.join(sorted(tools))}"
+            return _tool_error(
+                f"unknown tool '{call.name}'; the available tools are {', '.join(sorted(tools))}"
             )
         try:
             raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return f"error: the arguments are not valid JSON ({exc.msg})"
+            return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
         try:
             arguments = validate_arguments(spec.parameters, raw)
             async with asyncio.timeout(self._tool_timeout_seconds):
                 result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
-            return truncate(f"error: {exc}", self._max_tool_result_chars)
+            text, _ = _tool_error(str(exc))
+            return truncate(text, self._max_tool_result_chars), truncate(str(exc), MAX_ERROR_CHARS)
         except TimeoutError:
-            return f"error: {call.name} timed out after {self._tool_timeout_seconds:g} s"
+            return _tool_error(f"{call.name} timed out after {self._tool_timeout_seconds:g} s")
         except Exception as exc:
             # Details may hold internals (SQL); they go to the log, not to the model.
             log.warning("tool %s failed in run %s", call.name, tool_ctx.run_id, exc_info=True)
-            return f"error: {call.name} failed ({type(exc).__name__})"
-        return truncate(str(result), self._max_tool_result_chars)
+            return _tool_error(f"{call.name} failed ({type(exc).__name__})")
+        return truncate(str(result), self._max_tool_result_chars), None
+
+
+def _tool_error(message: str) -> tuple[str, str]:
+    return f"error: {message}", message
 
 
 def _assistant_message(reply: ModelReply) -> Message:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine
 from agent_engine.runs import execute, reaper, scheduler
+from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
 
@@ -55,6 +56,7 @@ class WorkerContext:
         self.settings = settings
         self._engine: AsyncEngine | None = None
         self._runtime: Runtime | None = None
+        self._cancels: CancelWatcher | None = None
         self._executions: set[asyncio.Task[Any]] = set()
 
     @property
@@ -72,6 +74,14 @@ class WorkerContext:
             )
         return self._runtime
 
+    @property
+    def cancels(self) -> CancelWatcher:
+        """The process's cancelRun listener, started on first use (on the actors' loop)."""
+        if self._cancels is None:
+            self._cancels = CancelWatcher(self.settings.require_database_url())
+        self._cancels.start(self.engine)
+        return self._cancels
+
     def track(self, task: asyncio.Task[Any] | None) -> None:
         if task is not None:
             self._executions.add(task)
@@ -88,6 +98,9 @@ class WorkerContext:
         if pending:
             await asyncio.wait(pending, timeout=10)
         self._executions.clear()
+        if self._cancels is not None:
+            cancels, self._cancels = self._cancels, None
+            await cancels.stop()
         if self._runtime is not None:
             runtime, self._runtime = self._runtime, None
             await runtime.aclose()
@@ -118,6 +131,7 @@ async def execute_run(run_id: int) -> None:
                 run_id,
                 heartbeat_interval=settings.heartbeat_interval,
                 run_timeout=timedelta(seconds=settings.run_timeout_seconds),
+                cancels=context.cancels,
             )
     finally:
         context.untrack(task)
