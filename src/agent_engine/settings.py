@@ -52,6 +52,15 @@ class Settings(BaseSettings):
     schedule_tick_seconds: float = Field(default=5.0, gt=0)
     reap_tick_seconds: float = Field(default=30.0, gt=0)
     schedule_batch_size: int = Field(default=500, ge=1)
+    delivery_tick_seconds: float = Field(
+        default=1.0, gt=0, description="How often the clock sends the delivery dispatch tick."
+    )
+    delivery_retry_schedule_seconds: list[float] = Field(
+        default=[1, 5, 30, 120, 600, 3600, 21600],
+        description="Waits between a delivery's attempts; after the last, the delivery fails.",
+    )
+    delivery_timeout_seconds: float = Field(default=10.0, gt=0, description="Per attempt.")
+    delivery_concurrency_per_target: int = Field(default=4, ge=1)
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
@@ -77,6 +86,17 @@ class Settings(BaseSettings):
     @property
     def stale_after(self) -> timedelta:
         return timedelta(seconds=self.stale_after_seconds)
+
+    @property
+    def delivery_retry_schedule(self) -> tuple[timedelta, ...]:
+        return tuple(timedelta(seconds=s) for s in self.delivery_retry_schedule_seconds)
+
+    @field_validator("delivery_retry_schedule_seconds")
+    @classmethod
+    def _non_negative_waits(cls, value: list[float]) -> list[float]:
+        if any(s < 0 for s in value):
+            raise ValueError("waits must be zero or more seconds")
+        return value
 
     @property
     def effective_broker_url(self) -> str | None:

@@ -263,9 +263,7 @@ class AgentRun(Base):
     created_at: Mapped[datetime] = _created_at()
     # Since e0004: the provider-reported split of tokens_used (their sum is tokens_used).
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
-    completion_tokens: Mapped[int] = mapped_column(
-        BigInteger, nullable=False, server_default="0"
-    )
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 class AgentTool(Base):

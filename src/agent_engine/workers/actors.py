@@ -1,4 +1,4 @@
-"""The three actors, thin: each reads its settings, calls one function of `runs/`, returns.
+"""The actors, thin: each reads its settings, calls one function of `runs/`, returns.
 
 Actors are declared on a broker by `declare_actors` (called from `broker.configure_broker`), not at
 import time, so importing this module connects to nothing. The per-process database engine and
@@ -15,11 +15,13 @@ from datetime import timedelta
 from typing import Any
 
 import dramatiq
+import httpx
 import structlog
 from dramatiq.middleware import Middleware
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine
+from agent_engine.delivery import outbox
 from agent_engine.runs import execute, reaper, scheduler
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runtime.loop import Runtime
@@ -29,7 +31,8 @@ log = logging.getLogger(__name__)
 
 RUNS_QUEUE = "runs"
 TICKS_QUEUE = "ticks"
-QUEUES = (RUNS_QUEUE, TICKS_QUEUE)
+DELIVERIES_QUEUE = "deliveries"
+QUEUES = (RUNS_QUEUE, TICKS_QUEUE, DELIVERIES_QUEUE)
 
 # The actor's time limit sits above the run's own wall-clock limit, so the run ends itself (and
 # journals why) before Dramatiq interrupts it.
@@ -47,6 +50,10 @@ TICK_MIN_MAX_AGE_SECONDS = 10.0
 # delays it: give ticks their own worker with `--queues ticks`, or more threads.)
 TICK_PRIORITY = 0
 EXECUTE_PRIORITY = 10
+# A delivery's attempt runs as a task of its own: the actor returns at once, so a slow receiver
+# never holds a worker thread. A lost attempt is covered by its lease (delivery/outbox.py).
+DELIVER_PRIORITY = 20
+DELIVER_TIME_LIMIT_SECONDS = 60.0
 
 
 class WorkerContext:
@@ -57,6 +64,7 @@ class WorkerContext:
         self._engine: AsyncEngine | None = None
         self._runtime: Runtime | None = None
         self._cancels: CancelWatcher | None = None
+        self._http: httpx.AsyncClient | None = None
         self._executions: set[asyncio.Task[Any]] = set()
 
     @property
@@ -82,6 +90,17 @@ class WorkerContext:
         self._cancels.start(self.engine)
         return self._cancels
 
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The deliveries' HTTP client: redirects are not followed (DESIGN §10)."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                follow_redirects=False,
+                timeout=self.settings.delivery_timeout_seconds,
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=20),
+            )
+        return self._http
+
     def track(self, task: asyncio.Task[Any] | None) -> None:
         if task is not None:
             self._executions.add(task)
@@ -101,6 +120,9 @@ class WorkerContext:
         if self._cancels is not None:
             cancels, self._cancels = self._cancels, None
             await cancels.stop()
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
         if self._runtime is not None:
             runtime, self._runtime = self._runtime, None
             await runtime.aclose()
@@ -173,11 +195,52 @@ async def reap_stale_runs() -> None:
         )
 
 
+async def dispatch_deliveries() -> None:
+    from agent_engine.workers.broker import enqueue_delivery
+
+    context = _require_context()
+    sent = await outbox.dispatch_due(
+        context.engine,
+        now=execute.utc_now(),
+        enqueue=enqueue_delivery,
+        per_target=context.settings.delivery_concurrency_per_target,
+    )
+    if sent:
+        log.info("deliveries: dispatched %d", len(sent))
+
+
+async def deliver(delivery_id: int, token: str) -> None:
+    context = _require_context()
+    settings = context.settings
+    task = asyncio.ensure_future(
+        outbox.deliver(
+            context.engine,
+            context.http,
+            delivery_id,
+            token,
+            schedule=settings.delivery_retry_schedule,
+            attempt_timeout=timedelta(seconds=settings.delivery_timeout_seconds),
+        )
+    )
+    context.track(task)
+    task.add_done_callback(_delivery_done)
+
+
+def _delivery_done(task: asyncio.Task[Any]) -> None:
+    if _context is not None:
+        _context.untrack(task)
+    if not task.cancelled() and task.exception() is not None:
+        # The lease expires and the dispatcher sends it again.
+        log.warning("a delivery attempt failed", exc_info=task.exception())
+
+
 @dataclass(frozen=True)
 class Actors:
     execute_run: dramatiq.Actor[[int], None]
     schedule_due_agents: dramatiq.Actor[[], None]
     reap_stale_runs: dramatiq.Actor[[], None]
+    dispatch_deliveries: dramatiq.Actor[[], None]
+    deliver: dramatiq.Actor[[int, str], None]
 
 
 class _ContextMiddleware(Middleware):
@@ -209,6 +272,7 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
     execute_limit_ms = int((settings.run_timeout_seconds + ACTOR_TIME_LIMIT_MARGIN_SECONDS) * 1000)
     schedule_max_age_s = max(settings.schedule_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
     reap_max_age_s = max(settings.reap_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
+    delivery_max_age_s = max(settings.delivery_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
     return Actors(
         execute_run=dramatiq.actor(
             broker=broker,
@@ -238,4 +302,22 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
             max_retries=0,
             max_age=int(reap_max_age_s * 1000),
         )(reap_stale_runs),
+        dispatch_deliveries=dramatiq.actor(
+            broker=broker,
+            actor_name="dispatch_deliveries",
+            queue_name=TICKS_QUEUE,
+            priority=TICK_PRIORITY,
+            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
+            max_retries=0,
+            max_age=int(delivery_max_age_s * 1000),
+        )(dispatch_deliveries),
+        deliver=dramatiq.actor(
+            broker=broker,
+            actor_name="deliver",
+            queue_name=DELIVERIES_QUEUE,
+            priority=DELIVER_PRIORITY,
+            time_limit=int(DELIVER_TIME_LIMIT_SECONDS * 1000),
+            # A lost attempt is re-dispatched when its lease expires.
+            max_retries=0,
+        )(deliver),
     )
