@@ -296,7 +296,7 @@ class AgentRunStep(Base):
     index: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(Text, nullable=False)
     name: Mapped[str] = mapped_column(Text, nullable=False)
-    input: Mapped[Any] = mapped_column(JSONB)
+    input: Mapped[Any] = mapped_column(JSONB, nullable=True)
     output: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     prompt_tokens: Mapped[int | None] = mapped_column(BigInteger)

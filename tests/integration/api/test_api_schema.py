@@ -84,4 +84,4 @@ def test_the_subscription_type_is_served() -> None:
     assert subscription_type() is not None
     ours = build_schema(export_sdl())
     assert ours.subscription_type is not None
-    assert set(ours.subscription_type.fields) == {"runEvents", "budget"}
+    assert set(ours.subscription_type.fields) == {"runEvents", "budget", "runSteps"}
