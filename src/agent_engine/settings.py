@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     )
     delivery_timeout_seconds: float = Field(default=10.0, gt=0, description="Per attempt.")
     delivery_concurrency_per_target: int = Field(default=4, ge=1)
+    delivery_lease_seconds: float = Field(
+        default=60.0, gt=0, description="A dispatched attempt not recorded by then is sent again."
+    )
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)

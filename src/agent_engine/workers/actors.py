@@ -204,6 +204,7 @@ async def dispatch_deliveries() -> None:
         now=execute.utc_now(),
         enqueue=enqueue_delivery,
         per_target=context.settings.delivery_concurrency_per_target,
+        lease=timedelta(seconds=context.settings.delivery_lease_seconds),
     )
     if sent:
         log.info("deliveries: dispatched %d", len(sent))
