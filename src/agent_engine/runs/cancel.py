@@ -48,7 +48,7 @@ _CANCEL_SQL = text(
     " WHERE id = :run_id AND state IN ('queued', 'running')"
     " RETURNING *"
 )
-_NOTIFY_SQL = text("SELECT pg_notify(:channel, CAST(:run_id AS text))")
+_NOTIFY_SQL = text("SELECT pg_notify(:channel, :payload)")
 _STATE_SQL = text("SELECT state FROM agent_runs WHERE id = :run_id")
 
 
@@ -85,7 +85,7 @@ async def cancel_run(
             raise RunFinished(run_id, str(state))
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
-        await conn.execute(_NOTIFY_SQL, {"channel": CHANNEL, "run_id": run_id})
+        await conn.execute(_NOTIFY_SQL, {"channel": CHANNEL, "payload": str(run_id)})
     return dict(row)
 
 
