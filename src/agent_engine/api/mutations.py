@@ -62,7 +62,7 @@ from agent_engine.api.types import (
     parse_id,
 )
 from agent_engine.delivery import targets as delivery_targets
-from agent_engine.domain.delivery import env_name_problem, target_url_problem
+from agent_engine.domain.delivery import secret_env_problem, target_url_problem
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
 from agent_engine.runs import cancel as run_cancel
@@ -495,7 +495,7 @@ class Mutation:
         target_id = parse_id(input.id, "input.id") if input.id is not None else None
         if problem := target_url_problem(input.url):
             raise BadUserInput("input.url", problem)
-        if problem := env_name_problem(input.secret_env):
+        if problem := secret_env_problem(input.secret_env):
             raise BadUserInput("input.secretEnv", problem)
         draft = delivery_targets.TargetDraft(
             name=checked_text("input.name", input.name, NAME_MAX_CHARS),

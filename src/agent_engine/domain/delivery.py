@@ -93,6 +93,16 @@ def env_name_problem(name: str) -> str | None:
     return None
 
 
+def secret_env_problem(name: str) -> str | None:
+    """`secret_env` names the variable; a pasted secret is refused before it is stored."""
+    if name.startswith(SECRET_PREFIX):
+        return (
+            "looks like the secret itself: give the name of the environment variable that holds"
+            " it (the secret stays on the workers)"
+        )
+    return env_name_problem(name)
+
+
 def event_type(state: str) -> str:
     """The payload's `type` for a terminal run state: run.succeeded | run.failed | run.skipped."""
     return f"run.{state}"

@@ -9,6 +9,7 @@ import pytest
 from agent_engine.domain.delivery import (
     RETRY_SCHEDULE,
     env_name_problem,
+    secret_env_problem,
     event_type,
     max_attempts,
     retry_delay,
@@ -55,6 +56,9 @@ def test_secret_env_must_be_a_variable_name() -> None:
     assert env_name_problem("HOOK_SECRET_1") is None
     for bad in ("1SECRET", "HOOK-SECRET", "", "A B", "whsec_abc=="):
         assert env_name_problem(bad) is not None, bad
+    assert secret_env_problem("HOOK_SECRET") is None
+    problem = secret_env_problem("whsec_AAAA")
+    assert problem is not None and "secret itself" in problem
 
 
 def test_the_schedule_is_about_1s_5s_30s_2min_10min_1h_6h_then_failed() -> None:
