@@ -9,10 +9,10 @@ import pytest
 from agent_engine.domain.delivery import (
     RETRY_SCHEDULE,
     env_name_problem,
-    secret_env_problem,
     event_type,
     max_attempts,
     retry_delay,
+    secret_env_problem,
     target_url_problem,
 )
 
