@@ -162,10 +162,16 @@ def upgrade() -> None:
         sa.Column("secret_env", sa.Text(), nullable=False),
         sa.Column("enabled", sa.Boolean(), server_default=sa.text("true"), nullable=False),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_delivery_targets")),
     )
@@ -174,7 +180,10 @@ def upgrade() -> None:
         sa.Column("agent_id", sa.BigInteger(), nullable=False),
         sa.Column("target_id", sa.BigInteger(), nullable=False),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.ForeignKeyConstraint(
             ["agent_id"],
@@ -214,7 +223,10 @@ def upgrade() -> None:
         sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint(
             "status IN ('pending', 'delivered', 'failed')", name=op.f("ck_run_deliveries_status")
@@ -232,9 +244,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_run_deliveries")),
-        sa.UniqueConstraint(
-            "run_id", "target_id", name=op.f("uq_run_deliveries_run_id_target_id")
-        ),
+        sa.UniqueConstraint("run_id", "target_id", name=op.f("uq_run_deliveries_run_id_target_id")),
         sa.UniqueConstraint("webhook_id", name=op.f("uq_run_deliveries_webhook_id")),
     )
     op.create_index(
@@ -298,9 +308,7 @@ def downgrade() -> None:
         postgresql_where=sa.text("status = 'pending'"),
     )
     op.drop_table("run_deliveries")
-    op.drop_index(
-        op.f("ix_agent_delivery_targets_target_id"), table_name="agent_delivery_targets"
-    )
+    op.drop_index(op.f("ix_agent_delivery_targets_target_id"), table_name="agent_delivery_targets")
     op.drop_table("agent_delivery_targets")
     op.drop_table("delivery_targets")
     op.drop_table("agent_run_steps")
