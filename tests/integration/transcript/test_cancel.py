@@ -16,6 +16,7 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import (
     FakeOpenAIServer,
     FakeToolCall,
+    error_reply,
     text_reply,
     tool_reply,
 )
@@ -98,6 +99,30 @@ async def test_cancelling_a_running_run_stops_it_and_frees_the_agent(
     assert run["tokensUsed"] == run["promptTokens"] + run["completionTokens"]
     (journal,) = await fetch(engine, "SELECT * FROM agent_runs WHERE id = :r", r=int(run_id))
     assert journal["finished_at"] is not None
+
+
+async def test_cancelling_a_run_waiting_out_a_rate_limit_stops_the_wait(
+    server: Server,
+    http: httpx.AsyncClient,
+    settings: Settings,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    gql = Gql(server, http, settings)
+    agent = await fake_agent()
+    owner = int(agent["user_id"])
+    # A 429 asking to come back in a few seconds: the provider waits, then would call again.
+    wait_ms = int(SLOW_MODEL_SECONDS * 1000)
+    fake_openai.enqueue(error_reply(429, "slow down", retry_after_ms=wait_ms), text_reply("Late."))
+    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    await eventually(lambda: _model_calls(fake_openai, 1), what="the rate-limited call")
+
+    cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
+    assert (cancelled["state"], cancelled["reason"]) == ("FAILED", "CANCELLED")
+    await asyncio.sleep(SLOW_MODEL_SECONDS + 1.0)  # past the moment the retry was due
+    assert fake_openai.request_count == 1
+    assert (await gql.run(run_id, as_user=owner))["reason"] == "CANCELLED"
 
 
 async def _model_calls(fake: FakeOpenAIServer, count: int) -> bool:
