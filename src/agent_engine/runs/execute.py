@@ -54,9 +54,12 @@ _CLAIM_READ_SQL = text(
     + " FOR UPDATE OF r"
 )
 
+# issue 16: the start also writes the run's first step (every run opens with a model call), so
+# a one-call run's transcript costs no statement of its own (see runs/steps.py).
 _START_SQL = text(
-    "UPDATE agent_runs SET state = 'running', started_at = :now, heartbeat_at = :now"
-    " WHERE id = :run_id AND state = 'queued'"
+    "WITH started AS (UPDATE agent_runs SET state = 'running', started_at = :now,"
+    " heartbeat_at = :now WHERE id = :run_id AND state = 'queued' RETURNING id) "
+    + steps.FIRST_STEP_INSERT
 )
 
 _SKIP_AT_CLAIM_SQL = text(
@@ -129,7 +132,7 @@ async def execute_run(
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
     # issue 16: the transcript, and the cancel watcher that may cancel `work`.
-    transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn)
+    transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn, first_step_written=True)
     work = asyncio.ensure_future(
         runtime.execute(ctx, now=now_fn(), on_tokens=meter.record, transcript=transcript)
     )
@@ -232,7 +235,7 @@ async def _claim(
                 {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
             )
             return RunState.SKIPPED, None
-        await conn.execute(_START_SQL, {"run_id": run_id, "now": now})
+        await conn.execute(_START_SQL, {"run_id": run_id, "now": now, "model": row.model})
         return RunState.RUNNING, run_context_from_row(row, platform=platform)
 
 
