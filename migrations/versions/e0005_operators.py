@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "e0005_operators"
-down_revision: str | None = "e0003_hardening"
+down_revision: str | None = "e0004_transcript_delivery"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

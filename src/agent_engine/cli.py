@@ -25,8 +25,10 @@ app = typer.Typer(
 )
 knowledge_app = typer.Typer(help="The Knowledge Store stand-in.", no_args_is_help=True)
 schedule_app = typer.Typer(help="Schedules.", no_args_is_help=True)
+webhook_app = typer.Typer(help="Signed run deliveries (Standard Webhooks).", no_args_is_help=True)
 app.add_typer(knowledge_app, name="knowledge")
 app.add_typer(schedule_app, name="schedule")
+app.add_typer(webhook_app, name="webhook")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -301,6 +303,43 @@ def schedule_preview(
             start = start.replace(tzinfo=zone)
     for slot in next_slots(parsed, after=start, zone=zone, count=count):
         typer.echo(slot.astimezone(zone).isoformat())
+
+
+@webhook_app.command("new-secret")
+def webhook_new_secret() -> None:
+    """Print a new whsec_… signing secret for a delivery target."""
+    from agent_engine.delivery.signing import new_secret
+
+    typer.echo(new_secret())
+
+
+@webhook_app.command("listen")
+def webhook_listen(
+    secret_env: Annotated[
+        str, typer.Option(help="Environment variable holding the target's whsec_… secret.")
+    ] = "AGENT_ENGINE_WEBHOOK_SECRET",
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port.")] = 9000,
+) -> None:
+    """A local receiver: verifies each delivery's signature and prints the verified ones."""
+    import os
+
+    from agent_engine.delivery.receiver import WebhookReceiver, describe
+    from agent_engine.delivery.signing import SecretProblem
+
+    secret = os.environ.get(secret_env)
+    if not secret:
+        typer.echo(f"{secret_env} is not set (create one with `agent-engine webhook new-secret`)")
+        raise typer.Exit(2)
+    try:
+        receiver = WebhookReceiver(
+            secret, host=host, port=port, on_delivery=lambda r: typer.echo(describe(r))
+        )
+    except SecretProblem as exc:
+        typer.echo(f"{secret_env}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"listening on http://{host}:{port}/ (Ctrl-C to stop)", err=True)
+    receiver.serve_forever()
 
 
 def main() -> None:

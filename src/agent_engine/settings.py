@@ -60,6 +60,18 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a queued run of a model with maxConcurrentRuns may wait for a slot.",
     )
+    delivery_tick_seconds: float = Field(
+        default=1.0, gt=0, description="How often the clock sends the delivery dispatch tick."
+    )
+    delivery_retry_schedule_seconds: list[float] = Field(
+        default=[1, 5, 30, 120, 600, 3600, 21600],
+        description="Waits between a delivery's attempts; after the last, the delivery fails.",
+    )
+    delivery_timeout_seconds: float = Field(default=10.0, gt=0, description="Per attempt.")
+    delivery_concurrency_per_target: int = Field(default=4, ge=1)
+    delivery_lease_seconds: float = Field(
+        default=60.0, gt=0, description="A dispatched attempt not recorded by then is sent again."
+    )
     retention_tick_seconds: float = Field(
         default=60.0, gt=0, description="How often the clock asks for a run-retention pass."
     )
@@ -126,6 +138,17 @@ class Settings(BaseSettings):
     @property
     def stale_after(self) -> timedelta:
         return timedelta(seconds=self.stale_after_seconds)
+
+    @property
+    def delivery_retry_schedule(self) -> tuple[timedelta, ...]:
+        return tuple(timedelta(seconds=s) for s in self.delivery_retry_schedule_seconds)
+
+    @field_validator("delivery_retry_schedule_seconds")
+    @classmethod
+    def _non_negative_waits(cls, value: list[float]) -> list[float]:
+        if any(s < 0 for s in value):
+            raise ValueError("waits must be zero or more seconds")
+        return value
 
     @property
     def effective_broker_url(self) -> str | None:

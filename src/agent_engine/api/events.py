@@ -28,6 +28,9 @@ from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from agent_engine.settings import to_libpq_url
 
 CHANNEL = "agent_run_events"
+# Transcript changes (agent_run_steps rows): ids only; they wake the runSteps subscribers of the
+# run, which read the steps themselves (see `StepWatch`).
+STEPS_CHANNEL = "agent_run_steps"
 RECONNECT_DELAY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 # Fields that only exist once a run reached a later state than the event shows.
 _LATER_FIELDS_BY_STATE = {
@@ -115,6 +118,29 @@ class Subscriber:
                 self.queue.put_nowait(_StreamEnded())
 
 
+@dataclass(eq=False)
+class StepWatch:
+    """A runSteps subscription's wake-up: set on any change of its run's steps or state.
+
+    Coalescing by design: the subscriber re-reads the run's steps after waking, so a burst of
+    changes, a change missed while the listener reconnected, or notifications arriving in another
+    order than their writes all end in the same, current view.
+    """
+
+    run_id: int
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _hub: RunEventHub | None = field(default=None, repr=False)
+
+    async def wait(self) -> None:
+        await self.changed.wait()
+        self.changed.clear()
+
+    def close(self) -> None:
+        if self._hub is not None:
+            self._hub._unwatch_steps(self)
+            self._hub = None
+
+
 class RunEventHub:
     def __init__(self, database_url: str, *, queue_size: int = 256) -> None:
         self._dsn = to_libpq_url(database_url)
@@ -129,6 +155,7 @@ class RunEventHub:
         self._listening = asyncio.Event()
         self._loader: asyncpg.Connection | None = None
         self._channels: dict[str, ChannelHandler] = {}
+        self._step_watches: dict[int, set[StepWatch]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -158,6 +185,7 @@ class RunEventHub:
             self._loader = None
         for subscriber in list(self._subscribers):
             subscriber.close()
+        self._wake_steps()
 
     def add_channel(self, channel: str, handler: ChannelHandler) -> None:
         """Hear another channel on the same LISTEN connection (one per api process), e.g. the
@@ -197,7 +225,37 @@ class RunEventHub:
 
     @property
     def subscriber_count(self) -> int:
-        return len(self._subscribers)
+        return len(self._subscribers) + sum(len(w) for w in self._step_watches.values())
+
+    def watch_steps(self, run_id: int) -> StepWatch:
+        watch = StepWatch(run_id, _hub=self)
+        self._step_watches.setdefault(run_id, set()).add(watch)
+        ACTIVE_SUBSCRIPTIONS.inc()
+        return watch
+
+    def _unwatch_steps(self, watch: StepWatch) -> None:
+        watches = self._step_watches.get(watch.run_id)
+        if watches is not None and watch in watches:
+            watches.discard(watch)
+            if not watches:
+                del self._step_watches[watch.run_id]
+            ACTIVE_SUBSCRIPTIONS.dec()
+
+    def _wake_steps(self, run_id: int | None = None) -> None:
+        """Wake the runSteps subscribers of `run_id` (all of them when None: after a reconnect)."""
+        if run_id is None:
+            groups = list(self._step_watches.values())
+        else:
+            groups = [self._step_watches.get(run_id, set())]
+        for watches in groups:
+            for watch in watches:
+                watch.changed.set()
+
+    def _on_step_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            self._wake_steps(int(json.loads(payload)["run_id"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed step event", payload=payload[:200])
 
     # -- listening ---------------------------------------------------------------------------
 
@@ -212,9 +270,11 @@ class RunEventHub:
                 await conn.add_listener(CHANNEL, self._on_notify)
                 for channel, handler in self._channels.items():
                     await conn.add_listener(channel, partial(self._on_channel, handler))
+                await conn.add_listener(STEPS_CHANNEL, self._on_step_notify)
                 self._listening.set()
                 if attempt:
                     log.info("run events listener reconnected", attempts=attempt)
+                    self._wake_steps()
                 attempt = 0
                 while not lost.is_set():
                     # Terminations are not always reported (e.g. a half-open socket): probe.
@@ -238,9 +298,15 @@ class RunEventHub:
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:
-            self._notifications.put_nowait(json.loads(payload))
+            note = json.loads(payload)
         except ValueError:
             log.warning("ignored a malformed run event", payload=payload[:200])
+            return
+        self._notifications.put_nowait(note)
+        if self._step_watches:
+            # A run that ends also ends its runSteps subscriptions.
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                self._wake_steps(int(note["run_id"]))
 
     def _on_channel(
         self, handler: ChannelHandler, _conn: object, _pid: int, channel: str, payload: str

@@ -53,6 +53,22 @@ _TOOLS_OF_AGENTS = text(
     " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
 )
 
+_STEPS_OF_RUNS = text(
+    "SELECT * FROM agent_run_steps WHERE run_id = ANY(CAST(:ids AS bigint[]))"
+    " ORDER BY run_id, index"
+)
+_DELIVERIES_OF_RUNS = text(
+    "SELECT d.*, t.name AS target_name, t.url AS target_url, t.secret_env AS target_secret_env,"
+    " t.enabled AS target_enabled"
+    " FROM run_deliveries d JOIN delivery_targets t ON t.id = d.target_id"
+    " WHERE d.run_id = ANY(CAST(:ids AS bigint[])) ORDER BY d.run_id, t.name, t.id"
+)
+_TARGETS_OF_AGENTS = text(
+    "SELECT adt.agent_id, t.* FROM agent_delivery_targets adt"
+    " JOIN delivery_targets t ON t.id = adt.target_id"
+    " WHERE adt.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name, t.id"
+)
+
 
 # A journal page per agent: every `Agent.runs` of a request with the same arguments in one
 # statement (an index probe per agent on ix_agent_runs_journal), not one statement per agent.
@@ -104,6 +120,14 @@ class Loaders:
             load_fn=self._load_tools_of_agents
         )
         self.budget: DataLoader[int, Budget] = DataLoader(load_fn=self._load_budgets)
+        # The transcript and deliveries of a page of runs, one statement each.
+        self.steps_of_run: DataLoader[int, list[Row]] = self._grouped(_STEPS_OF_RUNS, "run_id")
+        self.deliveries_of_run: DataLoader[int, list[Row]] = self._grouped(
+            _DELIVERIES_OF_RUNS, "run_id"
+        )
+        self.targets_of_agent: DataLoader[int, list[Row]] = self._grouped(
+            _TARGETS_OF_AGENTS, "agent_id", drop_key=True
+        )
         self.agents_of_owner: DataLoader[int, list[Row]] = DataLoader(
             load_fn=self._load_agents_of_owners
         )
@@ -135,6 +159,7 @@ class Loaders:
             self.tools_of_agent,
             self.active_run,
             self.last_run,
+            self.targets_of_agent,
         )
         for loader in loaders:
             if loader.cache_map.get(agent_id) is not None:  # clear() raises on a missing key
@@ -191,6 +216,18 @@ class Loaders:
             rows = await self._fetch(statement, ids)
             found = {int(row[key]): row for row in rows}
             return [found.get(i) for i in ids]
+
+        return DataLoader(load_fn=load)
+
+    def _grouped(
+        self, statement: TextClause, key: str, *, drop_key: bool = False
+    ) -> DataLoader[int, list[Row]]:
+        async def load(ids: Sequence[int]) -> list[list[Row]]:
+            grouped: dict[int, list[Row]] = {i: [] for i in ids}
+            for row in await self._fetch(statement, ids):
+                owner = int(row.pop(key) if drop_key else row[key])
+                grouped[owner].append(row)
+            return [grouped[i] for i in ids]
 
         return DataLoader(load_fn=load)
 

@@ -57,6 +57,8 @@ from agent_engine.api.types import (
     AgentModel,
     AgentModelInput,
     CreateAgentInput,
+    DeliveryTarget,
+    DeliveryTargetInput,
     Info,
     PlatformSettings,
     PlatformSettingsInput,
@@ -70,11 +72,14 @@ from agent_engine.api.types import (
 )
 from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.db.platform import load_platform_settings
+from agent_engine.delivery import targets as delivery_targets
 from agent_engine.domain.budget import AlertPercentsError, parse_alert_percents
+from agent_engine.domain.delivery import secret_env_problem, target_url_problem
 from agent_engine.domain.money import MoneyError, parse_currency, parse_price
 from agent_engine.domain.retention import MAX_RETENTION_DAYS, MIN_RETENTION_DAYS
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.domain.schedule import ScheduleError, parse_schedule, schedule_to_json
+from agent_engine.runs import cancel as run_cancel
 from agent_engine.runs import model_slots
 from agent_engine.runs import request as run_request
 
@@ -85,6 +90,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MAX_TOKEN_CAP = 2**62
 # Query parameters that carry a credential (`?api_key=…`, `?token=…`, `?sig=…`).
 _SECRET_QUERY_NAME = re.compile(r"key|token|secret|passw|signature|credential|^sig$", re.I)
+MAX_DELIVERY_TARGET_IDS = 20
 
 
 def _camel(name: str) -> str:
@@ -378,6 +384,64 @@ class Mutation:
             raise AgentNotStartable(exc.lock.name) from exc
         return Run.from_row(row, owner_id=int(agent["user_id"]))
 
+    @described_mutation(
+        description=(
+            "Stops a QUEUED or RUNNING run: it ends FAILED / CANCELLED (a running one within "
+            "seconds, keeping the tokens spent so far). Owner or admin. A finished run is a "
+            "CONFLICT."
+        )
+    )
+    async def cancel_run(self, info: Info, run_id: strawberry.ID) -> Run:
+        viewer = info.context.require_viewer()
+        ident = parse_id(run_id, "runId")
+        async with info.context.engine.connect() as conn:
+            owner = (
+                await conn.execute(
+                    text(
+                        "SELECT a.user_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+                        " WHERE r.id = :id"
+                    ),
+                    {"id": ident},
+                )
+            ).scalar_one_or_none()
+        if owner is None or (not viewer.is_admin and owner != viewer.user_id):
+            raise NotFound("run", ident)
+        by = "its owner" if owner == viewer.user_id else f"an admin (user {viewer.user_id})"
+        try:
+            row = await run_cancel.cancel_run(
+                info.context.engine, ident, now=info.context.now, error=f"cancelled by {by}"
+            )
+        except run_cancel.RunMissing as exc:
+            raise NotFound("run", ident) from exc
+        except run_cancel.RunFinished as exc:
+            raise Conflict(
+                f"run {ident} already finished ({exc.state}): nothing to cancel"
+            ) from exc
+        # audit seam (issue 19): an admin cancelling another owner's run is an admin action
+        # ("run.cancelled", actor = viewer, agent = row["agent_id"]); record it here.
+        return Run.from_row(row)
+
+    @described_mutation(
+        description=(
+            "Replaces the agent's delivery targets; every target must be enabled. Owner only."
+        )
+    )
+    async def set_agent_delivery_targets(
+        self, info: Info, agent_id: strawberry.ID, target_ids: list[strawberry.ID]
+    ) -> Agent:
+        info.context.require_viewer()
+        ident = parse_id(agent_id, "agentId")
+        await owned_agent(info, ident, "choose where its runs are delivered", owner_only=True)
+        if len(target_ids) > MAX_DELIVERY_TARGET_IDS:
+            raise BadUserInput("targetIds", f"at most {MAX_DELIVERY_TARGET_IDS} targets")
+        wanted = [parse_id(t, "targetIds") for t in target_ids]
+        async with _transaction(info) as conn:
+            try:
+                await delivery_targets.set_agent_targets(conn, ident, wanted)
+            except delivery_targets.TargetsNotAvailable as exc:
+                raise BadUserInput("targetIds", str(exc)) from exc
+            return await _fresh_agent(info, conn, ident)
+
     # --- admin ------------------------------------------------------------------------------
 
     @described_mutation(
@@ -507,6 +571,53 @@ class Mutation:
                 .one()
             )
         return Tool.from_row(dict(row))
+
+    @described_mutation(
+        description=(
+            "Admin only. Creates (no id) or replaces a delivery target: an https:// URL (http:// "
+            "only to a loopback address), and the environment variable that holds its whsec_ "
+            "signing secret on the workers."
+        )
+    )
+    async def upsert_delivery_target(
+        self, info: Info, input: DeliveryTargetInput
+    ) -> DeliveryTarget:
+        info.context.require_admin()
+        target_id = parse_id(input.id, "input.id") if input.id is not None else None
+        if problem := target_url_problem(input.url):
+            raise BadUserInput("input.url", problem)
+        if problem := secret_env_problem(input.secret_env):
+            raise BadUserInput("input.secretEnv", problem)
+        draft = delivery_targets.TargetDraft(
+            name=checked_text("input.name", input.name, NAME_MAX_CHARS),
+            url=input.url,
+            secret_env=input.secret_env,
+            enabled=input.enabled,
+        )
+        async with _transaction(info) as conn:
+            saved = await delivery_targets.upsert_target(conn, target_id, draft)
+            row = (
+                (
+                    await conn.execute(
+                        text("SELECT * FROM delivery_targets WHERE id = :id"), {"id": saved}
+                    )
+                )
+                .mappings()
+                .one()
+            )
+        # audit seam (issue 19): "delivery_target.upserted", actor = viewer, details = the row.
+        return DeliveryTarget.from_row(dict(row), admin=True)
+
+    @described_mutation(
+        description="Admin only. Removes the target; agents lose it from their selection."
+    )
+    async def remove_delivery_target(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        info.context.require_admin()
+        target_id = parse_id(id, "id")
+        async with _transaction(info) as conn:
+            await delivery_targets.remove_target(conn, target_id)
+        # audit seam (issue 19): "delivery_target.removed", actor = viewer, details = its id.
+        return strawberry.ID(str(target_id))
 
     @described_mutation(description="Admin only.")
     async def update_platform_settings(

@@ -22,6 +22,7 @@ from agent_engine.api.types import (
     AgentStatus,
     AuditEntryConnection,
     BudgetAlert,
+    DeliveryTarget,
     Info,
     OwnerSpend,
     PlatformSettings,
@@ -200,6 +201,20 @@ class Query:
         info.context.require_admin()
         rows = await _all(info.context.engine, "SELECT * FROM tools ORDER BY name", {})
         return [Tool.from_row(r) for r in rows]
+
+    @described(
+        description=(
+            "Delivery targets: admins see all, with url and secretEnv; owners see the enabled "
+            "ones (url and secretEnv null)."
+        )
+    )
+    async def delivery_targets(self, info: Info) -> list[DeliveryTarget]:
+        viewer = info.context.require_viewer()
+        where = "" if viewer.is_admin else " WHERE enabled"
+        rows = await _all(
+            info.context.engine, f"SELECT * FROM delivery_targets{where} ORDER BY name, id", {}
+        )
+        return [DeliveryTarget.from_row(r, admin=viewer.is_admin) for r in rows]
 
     @described(description="Admin only.")
     async def platform_settings(self, info: Info) -> PlatformSettings:

@@ -15,13 +15,23 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any, TypeVar
 
 import strawberry
+from sqlalchemy import text
 
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
-from agent_engine.api.errors import ApiError
+from agent_engine.api.errors import ApiError, NotFound
 from agent_engine.api.events import RunEventHub, SubscriberTooSlow
 from agent_engine.api.queries import visible_agent
-from agent_engine.api.types import Budget, BudgetAlert, Info, Run, RunEvent, RunState, parse_id
+from agent_engine.api.types import (
+    Budget,
+    BudgetAlert,
+    Info,
+    Run,
+    RunEvent,
+    RunState,
+    RunStep,
+    parse_id,
+)
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.runs.budget import owner_budget
 
@@ -102,6 +112,54 @@ async def _budget_alerts(
         subscriber.close()
 
 
+# The run's state and its steps from `from_index` on, in one read (one row with NULL step columns
+# when there are none; no row when the run is gone).
+_STEPS_SINCE_SQL = text(
+    "SELECT r.state AS run_state, s.* FROM agent_runs r"
+    " LEFT JOIN agent_run_steps s ON s.run_id = r.id AND s.index >= :from_index"
+    " WHERE r.id = :run_id ORDER BY s.index"
+)
+
+
+async def _run_steps(
+    context: Context, run_id: int, *, owner_view: bool
+) -> AsyncGenerator[RunStep, None]:
+    """The steps written so far, then each step as it starts and as it finishes; ends when the
+    run is terminal. Re-reads after every wake-up and emits what changed since it last looked."""
+    watch = _hub(context).watch_steps(run_id)  # before the first read: no change falls between
+    emitted: dict[int, bool] = {}  # index -> whether its finished form went out
+    from_index = 0
+    try:
+        while True:
+            async with context.engine.connect() as conn:
+                rows = [
+                    dict(r)
+                    for r in (
+                        await conn.execute(
+                            _STEPS_SINCE_SQL, {"run_id": run_id, "from_index": from_index}
+                        )
+                    ).mappings()
+                ]
+            if not rows:  # the run was deleted with its agent
+                return
+            for row in rows:
+                if row["index"] is None:
+                    continue
+                index, finished = int(row["index"]), row["finished_at"] is not None
+                before = emitted.get(index)
+                if before is None or (finished and not before):
+                    emitted[index] = finished
+                    context.refresh()
+                    yield RunStep.from_row(row, owner_view=owner_view)
+            while emitted.get(from_index):
+                from_index += 1
+            if rows[0]["run_state"] in TERMINAL_STATES:
+                return
+            await watch.wait()
+    finally:
+        watch.close()
+
+
 @strawberry.type
 class Subscription:
     @described_subscription(
@@ -139,6 +197,23 @@ class Subscription:
         viewer = info.context.require_viewer()
         _alert_feed(info.context)
         return _budget_alerts(info.context, None if viewer.is_admin else viewer.user_id)
+
+    @described_subscription(
+        description=(
+            "One run's transcript: first the steps written so far, then each step when it starts "
+            "and again when it finishes. Ends when the run finishes (at once for a finished run)."
+        )
+    )
+    async def run_steps(self, info: Info, run_id: strawberry.ID) -> AsyncGenerator[RunStep, None]:
+        viewer = info.context.require_viewer()
+        ident = parse_id(run_id, "runId")
+        run = await info.context.loaders.run.load(ident)
+        agent = await info.context.loaders.agent.load(int(run["agent_id"])) if run else None
+        if agent is None or (not viewer.is_admin and agent["user_id"] != viewer.user_id):
+            raise NotFound("run", ident)
+        _hub(info.context)
+        owner_view = int(agent["user_id"]) == viewer.user_id
+        return _run_steps(info.context, ident, owner_view=owner_view)
 
 
 __all__ = ["Subscription"]

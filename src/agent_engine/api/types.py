@@ -87,6 +87,20 @@ class RunReason(Enum):
     ITERATION_CAP = "iteration_cap"
     ERROR = "error"
     STALE = "stale"
+    CANCELLED = "cancelled"
+
+
+@strawberry.enum
+class RunStepKind(Enum):
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+
+
+@strawberry.enum
+class DeliveryStatus(Enum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
 
 
 @strawberry.enum
@@ -469,6 +483,133 @@ class PageInfo:
     end_cursor: str | None
 
 
+# --- transcript and delivery -------------------------------------------------------------------
+
+
+@strawberry.type
+class RunStep:
+    index: int = strawberry.field(description="0, 1, 2 … in the order the steps started.")
+    kind: RunStepKind
+    name: str = strawberry.field(
+        description="The model name for MODEL_CALL, the tool name for TOOL_CALL."
+    )
+    input: JSON | None = strawberry.field(
+        description="TOOL_CALL: the arguments the model sent. Owner only."
+    )
+    output: str | None = strawberry.field(
+        description=(
+            "MODEL_CALL: the assistant text (may be empty when it only called tools); TOOL_CALL: "
+            "the result as the model saw it (bounded). Owner only."
+        )
+    )
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row, *, owner_view: bool) -> RunStep:
+        """`owner_view`: the viewer owns the run; inputs and outputs were read with the owner's
+        access and are the owner's alone (DESIGN §10)."""
+        return cls(
+            index=int(row["index"]),
+            kind=RunStepKind(row["kind"]),
+            name=row["name"],
+            input=row["input"] if owner_view else None,
+            output=row["output"] if owner_view else None,
+            error=row["error"],
+            prompt_tokens=row["prompt_tokens"],
+            completion_tokens=row["completion_tokens"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+
+
+@strawberry.type(
+    description=(
+        "An admin-approved place where run results are sent (an HTTPS webhook; http only for "
+        "loopback)."
+    )
+)
+class DeliveryTarget:
+    id: strawberry.ID
+    name: str
+    url: str | None = strawberry.field(description="Admins only: null for everyone else.")
+    secret_env: str | None = strawberry.field(
+        description=(
+            "Admins only: null for everyone else. The environment variable that holds the "
+            "signing secret (whsec_… base64)."
+        )
+    )
+    enabled: bool
+
+    @classmethod
+    def from_row(cls, row: Row, *, admin: bool) -> DeliveryTarget:
+        return cls(
+            id=strawberry.ID(str(row["id"])),
+            name=row["name"],
+            url=row["url"] if admin else None,
+            secret_env=row["secret_env"] if admin else None,
+            enabled=row["enabled"],
+        )
+
+
+@strawberry.type(
+    description=(
+        "One run's delivery to one target: signed per the Standard Webhooks specification, "
+        "retried with backoff."
+    )
+)
+class Delivery:
+    target: DeliveryTarget
+    status: DeliveryStatus
+    webhook_id: str = strawberry.field(
+        description="The webhook-id header; the same on every retry."
+    )
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+    next_attempt_at: datetime | None = strawberry.field(
+        description="When the next attempt is due (null once delivered or failed)."
+    )
+
+    @classmethod
+    def from_row(cls, row: Row, *, admin: bool) -> Delivery:
+        """A row of `run_deliveries` joined with its target's columns as `target_*`."""
+        target = {
+            "id": row["target_id"],
+            "name": row["target_name"],
+            "url": row["target_url"],
+            "secret_env": row["target_secret_env"],
+            "enabled": row["target_enabled"],
+        }
+        return cls(
+            target=DeliveryTarget.from_row(target, admin=admin),
+            status=DeliveryStatus(row["status"]),
+            webhook_id=row["webhook_id"],
+            attempts=int(row["attempts"]),
+            last_status_code=row["last_status_code"],
+            last_error=row["last_error"],
+            delivered_at=row["delivered_at"],
+            next_attempt_at=row["next_attempt_at"] if row["status"] == "pending" else None,
+        )
+
+
+async def viewer_owns_run(info: Info, run_row: Row) -> bool:
+    """Whether the viewer is the owner of the run's agent (batched through the agent loader)."""
+    viewer = info.context.viewer
+    if viewer is None:
+        return False
+    agent = await info.context.loaders.agent.load(int(run_row["agent_id"]))
+    return agent is not None and int(agent["user_id"]) == viewer.user_id
+
+
+def viewer_is_admin(info: Info) -> bool:
+    return info.context.viewer is not None and info.context.viewer.is_admin
+
+
 # --- agents and runs ----------------------------------------------------------------------------
 
 
@@ -539,6 +680,25 @@ class Run:
         if agent is None or int(agent["user_id"]) != viewer_id:
             return None
         return cast(str, self.row["output"])
+
+    @described(
+        description=(
+            "The run's transcript in order: every model call and tool call. Inputs and outputs are "
+            "visible to the run's owner only (null for others, admins included)."
+        )
+    )
+    async def steps(self, info: Info) -> list[RunStep]:
+        rows, owner_view = await asyncio.gather(
+            info.context.loaders.steps_of_run.load(int(self.id)),
+            viewer_owns_run(info, self.row),
+        )
+        return [RunStep.from_row(r, owner_view=owner_view) for r in rows]
+
+    @described(description="One per delivery target attached to the agent when the run finished.")
+    async def deliveries(self, info: Info) -> list[Delivery]:
+        rows = await info.context.loaders.deliveries_of_run.load(int(self.id))
+        admin = viewer_is_admin(info)
+        return [Delivery.from_row(r, admin=admin) for r in rows]
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
@@ -743,6 +903,17 @@ class Agent:
 
     def _run(self, row: Row) -> Run:
         return Run.from_row(row, owner_id=int(self.row["user_id"]))
+
+    @described(
+        description=(
+            "Where each finished run of this agent is delivered (admin-approved targets the owner "
+            "picked)."
+        )
+    )
+    async def delivery_targets(self, info: Info) -> list[DeliveryTarget]:
+        rows = await info.context.loaders.targets_of_agent.load(int(self.row["id"]))
+        admin = viewer_is_admin(info)
+        return [DeliveryTarget.from_row(r, admin=admin) for r in rows]
 
     @described(description="The journal, newest first.")
     async def runs(
@@ -1013,6 +1184,15 @@ class AgentModelInput:
         default=strawberry.UNSET, description="Absent: unchanged. Explicit null: not priced."
     )
     output_price_per_million: DecimalText | None = strawberry.UNSET
+
+
+@strawberry.input
+class DeliveryTargetInput:
+    name: str
+    url: str
+    secret_env: str
+    id: strawberry.ID | None = strawberry.field(default=None, description="Omit to create.")
+    enabled: bool = True
 
 
 @strawberry.input

@@ -43,7 +43,16 @@ NAMING = {
 RUN_TRIGGERS = ("manual", "scheduled")
 RUN_STATES = ("queued", "running", "succeeded", "failed", "skipped")
 ADMIN_PAUSE_NOTE_MAX_CHARS = 500
-RUN_REASONS = ("budget_exceeded", "already_running", "iteration_cap", "error", "stale")
+RUN_REASONS = (
+    "budget_exceeded",
+    "already_running",
+    "iteration_cap",
+    "error",
+    "stale",
+    "cancelled",
+)
+STEP_KINDS = ("model_call", "tool_call")
+DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -243,7 +252,8 @@ class AgentRun(Base):
         CheckConstraint(
             "CASE state"
             " WHEN 'skipped' THEN COALESCE(reason IN ('budget_exceeded', 'already_running'), false)"
-            " WHEN 'failed' THEN COALESCE(reason IN ('iteration_cap', 'error', 'stale'), false)"
+            " WHEN 'failed' THEN"
+            " COALESCE(reason IN ('iteration_cap', 'error', 'stale', 'cancelled'), false)"
             " ELSE reason IS NULL END",
             name="reason_fits_state",
         ),
@@ -388,6 +398,114 @@ class EngineActivity(Base):
     last_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+# --- transcript and delivery (DESIGN §10; revision e0004) ----------------------------------------
+
+
+class AgentRunStep(Base):
+    """One model call or tool call of a run, written as the loop goes (the run's transcript)."""
+
+    __tablename__ = "agent_run_steps"
+    __table_args__ = (CheckConstraint(_in("kind", STEP_KINDS), name="kind"),)
+
+    # (run_id, index) is the key: UNIQUE per run, and the only index the table needs.
+    run_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agent_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    input: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    output: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    prompt_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class DeliveryTarget(Base):
+    """An admin-approved webhook; `secret_env` names the variable holding its whsec_ secret."""
+
+    __tablename__ = "delivery_targets"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    url: Mapped[str] = mapped_column(Text, nullable=False)
+    secret_env: Mapped[str] = mapped_column(Text, nullable=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class AgentDeliveryTarget(Base):
+    """The owner's choice of targets for an agent (like agent_tools for tools)."""
+
+    __tablename__ = "agent_delivery_targets"
+
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    target_id: Mapped[int] = mapped_column(
+        BigInteger,
+        ForeignKey("delivery_targets.id", ondelete="CASCADE"),
+        primary_key=True,
+        index=True,
+    )
+    created_at: Mapped[datetime] = _created_at()
+
+
+class RunDelivery(Base):
+    """The outbox: one row per (terminal run, target), written in the run's finishing transaction
+    by a trigger, then sent (and retried) by the delivery actors."""
+
+    __tablename__ = "run_deliveries"
+    __table_args__ = (
+        CheckConstraint(_in("status", DELIVERY_STATUSES), name="status"),
+        UniqueConstraint("run_id", "target_id"),
+        # The dispatcher's scan: pending deliveries by due time, a small partial index.
+        Index(
+            "ix_run_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text("status = 'pending'"),
+        ),
+        Index(
+            "ix_run_deliveries_finished_at",
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    run_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agent_runs.id", ondelete="CASCADE"), nullable=False
+    )
+    target_id: Mapped[int] = mapped_column(
+        BigInteger,
+        ForeignKey("delivery_targets.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    )
+    # The `webhook-id` header: the same on every attempt, so receivers can deduplicate.
+    webhook_id: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    event_type: Mapped[str] = mapped_column(Text, nullable=False)
+    # The body, fixed when the run finished: every attempt sends the same bytes.
+    payload: Mapped[Any] = mapped_column(JSONB, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Set when the dispatcher hands the delivery to an actor; only that message may record the
+    # attempt (a duplicate or a late one matches no row). Expired leases are dispatched again.
+    lease_token: Mapped[str | None] = mapped_column(Text)
+    leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created_at()
+
+
 PLATFORM_TABLES = (
     "users",
     "agent_models",
@@ -404,4 +522,8 @@ ENGINE_TABLES = (
     "budget_alerts",
     "audit_log",
     "engine_activity",
+    "agent_run_steps",
+    "delivery_targets",
+    "agent_delivery_targets",
+    "run_deliveries",
 )

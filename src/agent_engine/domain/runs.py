@@ -3,6 +3,7 @@
     queued -> running -> succeeded | failed
     queued -> skipped            (budget spent when a worker claims the run)
     queued -> failed (stale)     (nobody picked it up)
+    queued | running -> failed (cancelled)   (cancelRun)
 
 `skipped` rows may also be inserted directly (runtime gate closed at request time). Every
 transition is a compare-and-set in the database; these helpers say which ones exist.
@@ -35,6 +36,7 @@ class RunReason(StrEnum):
     ITERATION_CAP = "iteration_cap"
     ERROR = "error"
     STALE = "stale"
+    CANCELLED = "cancelled"
 
 
 # The states covered by the one-unfinished-run-per-agent partial unique index.
@@ -50,7 +52,9 @@ REASONS_BY_STATE: Mapping[RunState, frozenset[RunReason]] = MappingProxyType(
         RunState.QUEUED: frozenset(),
         RunState.RUNNING: frozenset(),
         RunState.SUCCEEDED: frozenset(),
-        RunState.FAILED: frozenset({RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE}),
+        RunState.FAILED: frozenset(
+            {RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE, RunReason.CANCELLED}
+        ),
         RunState.SKIPPED: frozenset({RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
     }
 )

@@ -97,6 +97,50 @@ _SNAPSHOT_SQL = text(
 # and week), so every replica reports the same, whichever worker recorded them.
 _BUDGET_ALERTS_SQL = text("SELECT percent, count(*) FROM budget_alerts GROUP BY percent")
 
+# Deliveries (the outbox): pending ones now (and how many are overdue, i.e. not sent when due --
+# no clock or no worker on the `deliveries` queue), and those finished in the recent window by
+# outcome. Index-backed: the partial due index and the partial finished_at index.
+_DELIVERIES_SQL = text(
+    f"""
+    SELECT 'pending' AS kind, NULL AS status, count(*)::float8 AS value
+        FROM run_deliveries WHERE status = 'pending'
+    UNION ALL
+    SELECT 'overdue', NULL, count(*)::float8 FROM run_deliveries
+        WHERE status = 'pending' AND next_attempt_at < now() - interval '1 minute'
+        AND (leased_until IS NULL OR leased_until < now())
+    UNION ALL
+    SELECT 'finished', status, count(*)::float8 FROM run_deliveries
+        WHERE finished_at >= now() - interval '{RECENT_WINDOW}' GROUP BY status
+    """
+)
+
+
+async def deliveries_snapshot(conn: AsyncConnection) -> list[Metric]:
+    pending = GaugeMetricFamily(
+        "agent_engine_deliveries_pending", "Run deliveries waiting for an attempt or a retry."
+    )
+    overdue = GaugeMetricFamily(
+        "agent_engine_deliveries_overdue",
+        "Pending deliveries more than a minute past their attempt time and not being sent.",
+    )
+    finished = GaugeMetricFamily(
+        "agent_engine_deliveries_finished_recent",
+        f"Deliveries that ended in the last {RECENT_WINDOW}, by status (delivered, failed).",
+        labels=["status"],
+    )
+    counts = {"pending": 0.0, "overdue": 0.0}
+    by_status = {"delivered": 0.0, "failed": 0.0}
+    for kind, status, value in await conn.execute(_DELIVERIES_SQL):
+        if kind == "finished":
+            by_status[status] = value
+        else:
+            counts[kind] = value
+    pending.add_metric([], counts["pending"])
+    overdue.add_metric([], counts["overdue"])
+    for status, value in by_status.items():
+        finished.add_metric([status], value)
+    return [pending, overdue, finished]
+
 
 async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
     """Read the cluster-wide families in one statement."""
@@ -204,6 +248,7 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
         ticks,
         tick_age,
         alerts,
+        *await deliveries_snapshot(conn),
     ]
 
 

@@ -32,9 +32,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
-from agent_engine.runs import model_slots
+from agent_engine.runs import model_slots, steps
 from agent_engine.runs.alerts import record_alerts_after_finish
 from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.context import (
     CONTEXT_COLUMNS,
@@ -66,10 +67,12 @@ _CLAIM_READ_SQL = text(
     + " FOR UPDATE OF r"
 )
 
+# The start also writes the run's first step (every run opens with a model call), so a one-call
+# run's transcript costs no statement of its own (see runs/steps.py).
 _START_SQL = text(
-    "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now(),"
-    " model_id = :model_id"
-    " WHERE id = :run_id AND state = 'queued'"
+    "WITH started AS (UPDATE agent_runs SET state = 'running', started_at = now(),"
+    " heartbeat_at = now(), model_id = :model_id"
+    " WHERE id = :run_id AND state = 'queued' RETURNING id) " + steps.FIRST_STEP_INSERT
 )
 
 # A run left waiting joins its model's line (the owner may have switched models since the request).
@@ -95,9 +98,12 @@ _HEARTBEAT_SQL = text(
     " WHERE id = :run_id AND state = 'running'"
 )
 
-# The finish also fixes the run's cost: a trigger prices its tokens at the model's prices now.
+# The finish also fixes the run's cost (a trigger prices its tokens at the model's prices now),
+# writes the step end the transcript still holds (steps.FINISH_STEP_CTE), and the delivery
+# outbox rows (a trigger, delivery/outbox.py).
 _FINISH_SQL = text(
-    "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
+    steps.FINISH_STEP_CTE
+    + "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
     " tokens_used = GREATEST(tokens_used, :tokens),"
     " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
     " completion_tokens = GREATEST(completion_tokens, :completion_tokens),"
@@ -205,10 +211,13 @@ async def execute_claimed(
     heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
     run_timeout: timedelta = RUN_TIMEOUT,
     enqueue: Enqueue | None = None,
+    cancels: CancelWatcher | None = None,
 ) -> RunState | None:
     """Run a claimed run's agent loop beside its heartbeat, then finish it (a compare-and-set).
 
-    Returns the state written, None when the run was no longer ours (reaped meanwhile).
+    Returns the state written, None when the run was no longer ours (reaped or cancelled
+    meanwhile). With `cancels`, a cancelRun stops the work wherever it is (the API already wrote
+    the row).
     """
     try:
         return await _execute(
@@ -218,6 +227,7 @@ async def execute_claimed(
             now_fn=now_fn,
             heartbeat_interval=heartbeat_interval,
             run_timeout=run_timeout,
+            cancels=cancels,
         )
     finally:
         # The run's slot of its model is free (whatever the outcome): the next waiting run gets it.
@@ -239,6 +249,7 @@ async def _execute(
     now_fn: NowFn,
     heartbeat_interval: timedelta,
     run_timeout: timedelta,
+    cancels: CancelWatcher | None = None,
 ) -> RunState | None:
     run_id, ctx = claim.run_id, claim.context
     meter = _TokenMeter()
@@ -247,6 +258,8 @@ async def _execute(
     # Every line logged for this run from here on carries its agent (run_id is bound by the actor).
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
     deadline = asyncio.get_running_loop().time() + run_timeout.total_seconds()
+    # The transcript, and the cancel watcher that may cancel `work`.
+    transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn, first_step_written=True)
     work = asyncio.ensure_future(
         runtime.execute(
             ctx,
@@ -254,8 +267,11 @@ async def _execute(
             on_tokens=meter.record,
             on_usage=meter.record_usage,
             deadline=deadline,
+            transcript=transcript,
         )
     )
+    if cancels is not None:
+        cancels.watch(run_id, work)
     stop_beating = asyncio.Event()
     beat = asyncio.ensure_future(
         _heartbeat(engine, run_id, interval=heartbeat_interval, meter=meter, stop=stop_beating)
@@ -269,7 +285,7 @@ async def _execute(
         # cancellation go on.
         await _cancel(work)
         await _stop(beat, stop_beating)
-        await _fail(engine, run_id, error=INTERRUPTED_ERROR, meter=meter)
+        await _fail(engine, run_id, error=INTERRUPTED_ERROR, meter=meter, transcript=transcript)
         raise
     if work not in done:
         await _cancel(work)
@@ -282,13 +298,24 @@ async def _execute(
             run_id,
             error=f"the run exceeded its wall-clock limit of {run_timeout.total_seconds():g} s",
             meter=meter,
+            transcript=transcript,
         )
     await _stop(beat, stop_beating)
+    if work.cancelled():
+        # cancelRun ended the run (the API wrote failed/cancelled); nothing to write.
+        log.info("run %s was cancelled; its work stopped", run_id)
+        return None
     try:
         outcome = work.result()
     except Exception as exc:
         log.exception("run %s: the runtime raised", run_id)
-        return await _fail(engine, run_id, error=f"{type(exc).__name__}: {exc}", meter=meter)
+        return await _fail(
+            engine,
+            run_id,
+            error=f"{type(exc).__name__}: {exc}",
+            meter=meter,
+            transcript=transcript,
+        )
     return await _finish(
         engine,
         run_id,
@@ -299,6 +326,7 @@ async def _execute(
         tokens=max(int(outcome.tokens_used), meter.total),
         prompt_tokens=max(outcome.prompt_tokens, meter.prompt),
         completion_tokens=max(outcome.completion_tokens, meter.completion),
+        transcript=transcript,
     )
 
 
@@ -344,7 +372,10 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
                 admission.limit,
             )
             return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
-        await conn.execute(_START_SQL, {"run_id": run_id, "model_id": model_id})
+        await conn.execute(
+            _START_SQL,
+            {"run_id": run_id, "model_id": model_id, "model": row.model, "now": utc_now()},
+        )
         return Claim(
             run_id,
             RunState.RUNNING,
@@ -399,6 +430,7 @@ async def _finish(
     completion_tokens: int = 0,
     output: str | None = None,
     error: str | None = None,
+    transcript: steps.StepRecorder | None = None,
 ) -> RunState | None:
     params = {
         "run_id": run_id,
@@ -409,6 +441,7 @@ async def _finish(
         "tokens": tokens,
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
+        **(transcript.take_pending() if transcript is not None else steps.NO_PENDING),
     }
     delay = FINISH_RETRY_FIRST_DELAY_SECONDS
     give_up_at = asyncio.get_running_loop().time() + FINISH_RETRY_SECONDS
@@ -457,7 +490,12 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
 
 
 async def _fail(
-    engine: AsyncEngine, run_id: int, *, error: str, meter: _TokenMeter
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    error: str,
+    meter: _TokenMeter,
+    transcript: steps.StepRecorder | None = None,
 ) -> RunState | None:
     """running → failed/error with the detail, like every other finish a compare-and-set."""
     return await _finish(
@@ -469,6 +507,7 @@ async def _fail(
         tokens=meter.total,
         prompt_tokens=meter.prompt,
         completion_tokens=meter.completion,
+        transcript=transcript,
     )
 
 

@@ -46,6 +46,14 @@ from agent_engine.runtime.tools.registry import (
     optional_tools,
     validate_arguments,
 )
+from agent_engine.runtime.transcript import (
+    StepEnd,
+    StepKind,
+    Transcript,
+    no_transcript,
+    step_output,
+    tool_input,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +168,13 @@ class Runtime:
         on_tokens: Callable[[int], None] | None = None,
         deadline: float | None = None,
         on_usage: Callable[[int, int], None] | None = None,
+        transcript: Transcript | None = None,
     ) -> RunOutcome:
         """Run the loop. `on_tokens` gets the running total after each model call, `on_usage`
         the running (prompt, completion) split. `deadline` (event-loop time) is the run's
-        wall-clock end: providers wait out rate limits only up to it."""
+        wall-clock end: providers wait out rate limits only up to it. Every model call and tool
+        call is reported to `transcript` as it starts and as it ends (the run's steps)."""
+        record = transcript if transcript is not None else no_transcript()
         tokens = 0
         prompt_tokens = completion_tokens = 0
         texts: list[str] = []
@@ -206,14 +217,26 @@ class Runtime:
                     owner_prompt=ctx.prompt,
                     deadline=deadline,
                 )
+                step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
                     reply = await provider.complete(request)
                 except ProviderError as exc:
+                    await record.step_finished(
+                        step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                    )
                     return failed(REASON_ERROR, str(exc))
                 tokens += max(reply.tokens_used, 0)
                 prompt, completion = usage_split(reply)
                 prompt_tokens += prompt
                 completion_tokens += completion
+                await record.step_finished(
+                    step,
+                    StepEnd(
+                        output=step_output(reply.content or ""),
+                        prompt_tokens=prompt,
+                        completion_tokens=completion,
+                    ),
+                )
                 if on_tokens is not None:
                     on_tokens(tokens)
                 if on_usage is not None:
@@ -229,7 +252,19 @@ class Runtime:
                     break
                 messages.append(_assistant_message(reply))
                 for call in reply.tool_calls:
-                    result = await self._call_tool(tools, call, tool_ctx)
+                    step = await record.step_started(
+                        StepKind.TOOL_CALL, call.name, tool_input(call.arguments)
+                    )
+                    try:
+                        result, error = await self._call_tool(tools, call, tool_ctx)
+                    except ToolFailed as exc:
+                        await record.step_finished(
+                            step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                        )
+                        raise
+                    await record.step_finished(
+                        step, StepEnd(output=step_output(result), error=error)
+                    )
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
             return failed(
                 REASON_ITERATION_CAP,
@@ -285,23 +320,25 @@ class Runtime:
 
     async def _call_tool(
         self, tools: dict[str, ToolSpec], call: ToolCall, tool_ctx: ToolCallContext
-    ) -> str:
+    ) -> tuple[str, str | None]:
+        """The result the model sees, and the error when the model's call was refused (for the
+        transcript). A tool that cannot answer (timeout, infrastructure) raises ToolFailed."""
         spec = tools.get(call.name)
         if spec is None:
-            return (
-                f"error: unknown tool '{call.name}'; the available tools are"
-                f" {', '.join(sorted(tools))}"
+            return _tool_error(
+                f"unknown tool '{call.name}'; the available tools are {', '.join(sorted(tools))}"
             )
         try:
             raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return f"error: the arguments are not valid JSON ({exc.msg})"
+            return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
         try:
             arguments = validate_arguments(spec.parameters, raw)
             async with asyncio.timeout(self._tool_timeout_seconds):
                 result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
-            return truncate(f"error: {exc}", self._max_tool_result_chars)
+            text, _ = _tool_error(str(exc))
+            return truncate(text, self._max_tool_result_chars), truncate(str(exc), MAX_ERROR_CHARS)
         except TimeoutError as exc:
             raise ToolFailed(
                 call.name, f"no answer within {self._tool_timeout_seconds:g} s"
@@ -312,7 +349,11 @@ class Runtime:
             raise ToolFailed(
                 call.name, f"{type(exc).__name__} (details in the worker log)"
             ) from exc
-        return truncate(str(result), self._max_tool_result_chars)
+        return truncate(str(result), self._max_tool_result_chars), None
+
+
+def _tool_error(message: str) -> tuple[str, str]:
+    return f"error: {message}", message
 
 
 def usage_split(reply: ModelReply) -> tuple[int, int]:

@@ -13,13 +13,16 @@ full in-flight set never delays a schedule scan or a reap.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import dramatiq
+import httpx
 import structlog
 from dramatiq.asyncio import get_event_loop_thread
 from dramatiq.middleware import AsyncIO, Middleware
@@ -28,8 +31,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import activity
 from agent_engine.db.engine import create_engine
+from agent_engine.delivery import outbox
 from agent_engine.domain.runs import RunState
 from agent_engine.runs import execute, reaper, retention, scheduler
+from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.execute import Claim
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
@@ -39,7 +44,8 @@ log = logging.getLogger(__name__)
 
 RUNS_QUEUE = "runs"
 TICKS_QUEUE = "ticks"
-QUEUES = (RUNS_QUEUE, TICKS_QUEUE)
+DELIVERIES_QUEUE = "deliveries"
+QUEUES = (RUNS_QUEUE, TICKS_QUEUE, DELIVERIES_QUEUE)
 
 # The actor waits for an in-flight place (at most one run's wall clock) and claims; Dramatiq's
 # time limit (enforced only under its own CLI) sits above that.
@@ -56,6 +62,10 @@ REQUEUE_ON_STOP_DELAY_SECONDS = 1.0
 TICK_MIN_MAX_AGE_SECONDS = 10.0
 TICK_PRIORITY = 0
 EXECUTE_PRIORITY = 10
+# A delivery's attempt runs as a task of its own: the actor returns at once, so a slow receiver
+# never holds a worker thread. A lost attempt is covered by its lease (delivery/outbox.py).
+DELIVER_PRIORITY = 20
+DELIVER_TIME_LIMIT_SECONDS = 60.0
 # How long a stopping worker lets runs in flight finish before interrupting them (set per stop).
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 20.0
 # The database is away (restart, network): an actor logs one line and the work is retried.
@@ -72,6 +82,9 @@ class WorkerContext:
         self._engine: AsyncEngine | None = None
         self._runtime: Runtime | None = None
         self._in_flight: InFlight | None = None
+        self._cancels: CancelWatcher | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._deliveries: set[asyncio.Task[Any]] = set()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -97,6 +110,35 @@ class WorkerContext:
             self._in_flight = InFlight(self.settings.runs_in_flight)
         return self._in_flight
 
+    @property
+    def cancels(self) -> CancelWatcher:
+        """The process's cancelRun listener, started on first use (on the actors' loop)."""
+        if self._cancels is None:
+            self._cancels = CancelWatcher(self.settings.require_database_url())
+        self._cancels.start(self.engine)
+        return self._cancels
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The deliveries' HTTP client: redirects are not followed (DESIGN §10)."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                follow_redirects=False,
+                timeout=self.settings.delivery_timeout_seconds,
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=20),
+            )
+        return self._http
+
+    def track_delivery(self, task: asyncio.Task[Any]) -> None:
+        self._deliveries.add(task)
+        task.add_done_callback(self._delivery_done)
+
+    def _delivery_done(self, task: asyncio.Task[Any]) -> None:
+        self._deliveries.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The lease expires and the dispatcher sends it again.
+            log.warning("a delivery attempt failed", exc_info=task.exception())
+
     def stop_admitting(self) -> None:
         """On the loop: refuse new runs (the worker is stopping); runs in flight go on."""
         if self._in_flight is not None:
@@ -107,6 +149,17 @@ class WorkerContext:
         database pool and the model clients."""
         if self._in_flight is not None:
             await self._in_flight.drain(self.shutdown_grace_seconds)
+        pending = [task for task in self._deliveries if not task.done()]
+        for task in pending:
+            task.cancel()  # an interrupted attempt is sent again when its lease expires
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        if self._cancels is not None:
+            cancels, self._cancels = self._cancels, None
+            await cancels.stop()
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
         if self._runtime is not None:
             runtime, self._runtime = self._runtime, None
             await runtime.aclose()
@@ -171,6 +224,7 @@ async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
             heartbeat_interval=settings.heartbeat_interval,
             run_timeout=timedelta(seconds=settings.run_timeout_seconds),
             enqueue=enqueue_execute,
+            cancels=context.cancels,
         )
 
 
@@ -241,12 +295,46 @@ def _recorded_tick(name: str, tick: Callable[[], Awaitable[None]]) -> Callable[[
     return recorded
 
 
+async def dispatch_deliveries() -> None:
+    from agent_engine.workers.broker import enqueue_delivery
+
+    context = _require_context()
+    sent = await outbox.dispatch_due(
+        context.engine,
+        now=execute.utc_now(),
+        enqueue=enqueue_delivery,
+        per_target=context.settings.delivery_concurrency_per_target,
+        lease=timedelta(seconds=context.settings.delivery_lease_seconds),
+    )
+    if sent:
+        log.info("deliveries: dispatched %d", len(sent))
+
+
+async def deliver(delivery_id: int, token: str) -> None:
+    context = _require_context()
+    settings = context.settings
+    context.track_delivery(
+        asyncio.ensure_future(
+            outbox.deliver(
+                context.engine,
+                context.http,
+                delivery_id,
+                token,
+                schedule=settings.delivery_retry_schedule,
+                attempt_timeout=timedelta(seconds=settings.delivery_timeout_seconds),
+            )
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Actors:
     execute_run: dramatiq.Actor[[int], None]
     schedule_due_agents: dramatiq.Actor[[], None]
     reap_stale_runs: dramatiq.Actor[[], None]
     prune_finished_runs: dramatiq.Actor[[], None]
+    dispatch_deliveries: dramatiq.Actor[[], None]
+    deliver: dramatiq.Actor[[int, str], None]
 
 
 class SharedAsyncIO(AsyncIO):
@@ -315,6 +403,7 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
     schedule_max_age_s = max(settings.schedule_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
     reap_max_age_s = max(settings.reap_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
     retention_max_age_s = max(settings.retention_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
+    delivery_max_age_s = max(settings.delivery_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
     return Actors(
         execute_run=dramatiq.actor(
             broker=broker,
@@ -353,4 +442,22 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
             max_retries=0,
             max_age=int(retention_max_age_s * 1000),
         )(_recorded_tick("retention", prune_finished_runs)),
+        dispatch_deliveries=dramatiq.actor(
+            broker=broker,
+            actor_name="dispatch_deliveries",
+            queue_name=TICKS_QUEUE,
+            priority=TICK_PRIORITY,
+            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
+            max_retries=0,
+            max_age=int(delivery_max_age_s * 1000),
+        )(dispatch_deliveries),
+        deliver=dramatiq.actor(
+            broker=broker,
+            actor_name="deliver",
+            queue_name=DELIVERIES_QUEUE,
+            priority=DELIVER_PRIORITY,
+            time_limit=int(DELIVER_TIME_LIMIT_SECONDS * 1000),
+            # A lost attempt is re-dispatched when its lease expires.
+            max_retries=0,
+        )(deliver),
     )

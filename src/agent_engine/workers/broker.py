@@ -83,6 +83,15 @@ def enqueue_execute(run_id: int) -> None:
     actors().execute_run.send(run_id)
 
 
+def enqueue_delivery(delivery_id: int, token: str) -> None:
+    """Send one attempt of a leased delivery."""
+    actors().deliver.send(delivery_id, token)
+
+
+def send_delivery_tick() -> None:
+    actors().dispatch_deliveries.send()
+
+
 def send_schedule_tick() -> None:
     actors().schedule_due_agents.send()
 

@@ -1,4 +1,4 @@
-"""`agent-engine clock`: sends the schedule, reap and retention ticks, nothing else.
+"""`agent-engine clock`: sends the schedule, reap, retention and delivery ticks, nothing else.
 
 Safe to run several replicas: the scan claims agents with `FOR UPDATE SKIP LOCKED` and every actor
 is idempotent, so extra ticks cost a query, never a duplicate run. No leader election.
@@ -19,6 +19,7 @@ from agent_engine.settings import Settings
 from agent_engine.workers.broker import (
     close_broker,
     configure_broker,
+    send_delivery_tick,
     send_reap_tick,
     send_retention_tick,
     send_schedule_tick,
@@ -51,6 +52,7 @@ def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> Non
         _Tick("schedule", settings.schedule_tick_seconds, send_schedule_tick),
         _Tick("reap", settings.reap_tick_seconds, send_reap_tick),
         _Tick("retention", settings.retention_tick_seconds, send_retention_tick),
+        _Tick("deliveries", settings.delivery_tick_seconds, send_delivery_tick),
     ]
     log.info(
         "clock started: schedule tick every %gs, reap tick every %gs",

@@ -29,7 +29,13 @@ import dramatiq
 
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings
-from agent_engine.workers.actors import QUEUES, RUNS_QUEUE, TICKS_QUEUE, worker_context
+from agent_engine.workers.actors import (
+    DELIVERIES_QUEUE,
+    QUEUES,
+    RUNS_QUEUE,
+    TICKS_QUEUE,
+    worker_context,
+)
 from agent_engine.workers.broker import close_broker, configure_broker
 
 log = logging.getLogger(__name__)
@@ -93,8 +99,10 @@ def start_worker(
     broker = configure_broker(settings)
     chosen = queues or set(QUEUES)
     runs = ticks = None
-    if TICKS_QUEUE in chosen:
-        ticks = dramatiq.Worker(broker, queues={TICKS_QUEUE}, worker_threads=TICK_THREADS)
+    # Deliveries ride with the ticks: their actor only hands an attempt to a task and returns.
+    light = chosen & {TICKS_QUEUE, DELIVERIES_QUEUE}
+    if light:
+        ticks = dramatiq.Worker(broker, queues=light, worker_threads=TICK_THREADS)
         ticks.start()
     if RUNS_QUEUE in chosen:
         runs = dramatiq.Worker(

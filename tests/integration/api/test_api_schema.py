@@ -84,7 +84,7 @@ def test_the_subscription_type_is_served() -> None:
     assert subscription_type() is not None
     ours = build_schema(export_sdl())
     assert ours.subscription_type is not None
-    assert set(ours.subscription_type.fields) == {"runEvents", "budget", "budgetAlerts"}
+    assert set(ours.subscription_type.fields) == {"runEvents", "budget", "budgetAlerts", "runSteps"}
 
 
 # The turn-2 contract (a copy of ../shared/api/schema.graphql), checked part by part as the issues

@@ -78,3 +78,77 @@ async def test_statement_count_is_the_same_for_10_and_100_agents(
         counts[size] = len(statements)
     assert counts[10] == counts[100], counts
     assert 0 < counts[100] <= 12, counts
+
+
+RUNS_PAGE = """query($id: ID!) { agent(id: $id) { deliveryTargets { name }
+  runs(first: 100) { edges { node { id promptTokens
+    steps { index kind name output } deliveries { status target { name } } } } } } }"""
+
+
+async def _runs_with_steps(factories: Factories, owner: int, count: int, target: int) -> int:
+    from sqlalchemy import text
+
+    agent = await factories.agent(user_id=owner)
+    async with factories.engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO agent_delivery_targets (agent_id, target_id) VALUES (:a, :t)"),
+            {"a": agent["id"], "t": target},
+        )
+    for _ in range(count):
+        run = await factories.run(agent_id=agent["id"], state="running")
+        async with factories.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO agent_run_steps (run_id, index, kind, name, output, started_at)"
+                    " VALUES (:r, 0, 'model_call', 'm', 'hi', now()),"
+                    " (:r, 1, 'tool_call', 'calculator', '4', now())"
+                ),
+                {"r": run["id"]},
+            )
+            # Finishing writes the run's delivery (the outbox trigger).
+            await conn.execute(
+                text(
+                    "UPDATE agent_runs SET state = 'succeeded', finished_at = now() WHERE id = :r"
+                ),
+                {"r": run["id"]},
+            )
+    return int(agent["id"])
+
+
+async def test_a_page_of_runs_with_steps_and_deliveries_costs_the_same_for_10_and_100(
+    api: Api, factories: Factories, engine: AsyncEngine
+) -> None:
+    owner = 53
+    await factories.user(id=owner)
+    async with factories.engine.begin() as conn:
+        from sqlalchemy import text
+
+        target = (
+            await conn.execute(
+                text(
+                    "INSERT INTO delivery_targets (name, url, secret_env)"
+                    " VALUES ('Ops', 'https://hooks.example.com/', 'S') RETURNING id"
+                )
+            )
+        ).scalar_one()
+    small = await _runs_with_steps(factories, owner, 10, target)
+    large = await _runs_with_steps(factories, owner, 100, target)
+    await api.data("{ viewer { isAdmin } }", None, api.token(owner))
+
+    database = engine.url.database
+    assert database is not None
+    counts = {}
+    for agent, size in ((small, 10), (large, 100)):
+        with counting_statements(database) as statements:
+            data = await api.data(RUNS_PAGE, {"id": str(agent)}, api.token(owner))
+        runs = [e["node"] for e in data["agent"]["runs"]["edges"]]
+        assert len(runs) == size
+        assert all(len(r["steps"]) == 2 and len(r["deliveries"]) == 1 for r in runs)
+        assert runs[0]["steps"][1] == {
+            "index": 1,
+            "kind": "TOOL_CALL",
+            "name": "calculator",
+            "output": "4",
+        }
+        counts[size] = len(statements)
+    assert counts[10] == counts[100], counts

@@ -42,6 +42,7 @@ def test_values_are_the_stored_lower_case_codes() -> None:
         "iteration_cap",
         "error",
         "stale",
+        "cancelled",
     ]
 
 
@@ -76,7 +77,7 @@ def test_terminal_states_never_move() -> None:
     ("state", "fitting"),
     [
         (K, {RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
-        (F, {RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE}),
+        (F, {RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE, RunReason.CANCELLED}),
         (Q, set()),
         (R, set()),
         (S, set()),

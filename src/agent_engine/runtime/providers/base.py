@@ -48,6 +48,15 @@ class ModelReply:
     tool_calls: tuple[ToolCall, ...] = ()
     tokens_used: int = 0
     raw_usage: dict[str, Any] = field(default_factory=dict)
+    # The prompt (input) part of tokens_used; the rest is completion (output).
+    prompt_tokens: int = 0
+
+    @property
+    def token_split(self) -> tuple[int, int]:
+        """(prompt, completion), adding up to tokens_used."""
+        total = max(self.tokens_used, 0)
+        prompt = min(max(self.prompt_tokens, 0), total)
+        return prompt, total - prompt
 
 
 class ModelProvider(Protocol):

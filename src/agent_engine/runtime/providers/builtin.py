@@ -87,14 +87,16 @@ class BuiltinProvider:
         return None
 
     def _call(self, request: ModelRequest, calls: list[ToolCall]) -> ModelReply:
-        tokens = estimate_tokens(request.messages, request.tools) + estimate_tokens(
-            [c.arguments for c in calls]
+        prompt = estimate_tokens(request.messages, request.tools)
+        tokens = prompt + estimate_tokens([c.arguments for c in calls])
+        return ModelReply(
+            content=None, tool_calls=tuple(calls), tokens_used=tokens, prompt_tokens=prompt
         )
-        return ModelReply(content=None, tool_calls=tuple(calls), tokens_used=tokens)
 
     def _answer(self, request: ModelRequest, content: str) -> ModelReply:
-        tokens = estimate_tokens(request.messages, request.tools) + estimate_tokens(content)
-        return ModelReply(content=content, tokens_used=tokens)
+        prompt = estimate_tokens(request.messages, request.tools)
+        tokens = prompt + estimate_tokens(content)
+        return ModelReply(content=content, tokens_used=tokens, prompt_tokens=prompt)
 
 
 def _query(request: ModelRequest) -> str:

@@ -220,13 +220,17 @@ def _reply(response: Any, request: ModelRequest) -> ModelReply:
     usage = getattr(response, "usage", None)
     if usage is not None and usage.total_tokens is not None:
         tokens = int(usage.total_tokens)
+        prompt = int(usage.prompt_tokens or 0)
         raw = cast(dict[str, Any], usage.model_dump())
     else:
         # No reported usage (some compatible servers): estimate, so budgets still hold.
-        tokens = estimate_tokens(
-            request.messages, request.tools, message.content or "", [c.arguments for c in calls]
-        )
+        prompt = estimate_tokens(request.messages, request.tools)
+        tokens = prompt + estimate_tokens(message.content or "", [c.arguments for c in calls])
         raw = {}
     return ModelReply(
-        content=message.content, tool_calls=tuple(calls), tokens_used=tokens, raw_usage=raw
+        content=message.content,
+        tool_calls=tuple(calls),
+        tokens_used=tokens,
+        raw_usage=raw,
+        prompt_tokens=prompt,
     )

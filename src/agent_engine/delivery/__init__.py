@@ -1,0 +1,1 @@
+"""Delivering finished runs to admin-approved webhooks, signed per Standard Webhooks."""

@@ -1,0 +1,211 @@
+"""Sending the outbox: the dispatcher hands due deliveries to the `deliver` actor, which makes one
+attempt and records it.
+
+The outbox rows are written by the database in the run's finishing transaction (the
+`agent_runs_on_finish` trigger), whatever path ended the run. Each clock tick the dispatcher
+claims the pending deliveries that are due and not leased -- at most `per_target` in flight per
+target, across all workers -- gives each a fresh lease token and sends one message per delivery.
+Only the message carrying the current token may record the attempt, so a duplicate or a late
+message changes nothing. A lost message or a worker that died mid-attempt leaves the lease to
+expire, and the next tick sends the delivery again: nothing is lost, attempts may repeat (the
+receiver deduplicates by `webhook-id`, the same on every attempt).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.delivery.signing import SecretProblem, body_bytes, load_secret, signed_headers
+from agent_engine.domain.delivery import (
+    ATTEMPT_TIMEOUT,
+    CONCURRENCY_PER_TARGET,
+    RETRY_SCHEDULE,
+    DeliveryStatus,
+    retry_delay,
+)
+
+log = logging.getLogger(__name__)
+
+EnqueueDelivery = Callable[[int, str], None]
+
+# How long a dispatched delivery is left to its message before it is dispatched again: the
+# attempt's timeout plus room for a queue backlog.
+LEASE = timedelta(seconds=60)
+DISPATCH_LIMIT = 500
+ERROR_BODY_CHARS = 300
+USER_AGENT = "agent-engine-webhooks/1"
+
+_IN_FLIGHT_SQL = text(
+    "SELECT target_id, count(*) AS n FROM run_deliveries"
+    " WHERE status = 'pending' AND leased_until > :now GROUP BY target_id"
+)
+_DUE_SQL = text(
+    "SELECT id, target_id FROM run_deliveries"
+    " WHERE status = 'pending' AND next_attempt_at <= :now"
+    " AND (leased_until IS NULL OR leased_until <= :now)"
+    " ORDER BY next_attempt_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+)
+_LEASE_SQL = text(
+    "UPDATE run_deliveries SET lease_token = t.token, leased_until = :until"
+    " FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS t(id, token)"
+    " WHERE run_deliveries.id = t.id"
+)
+_LOAD_SQL = text(
+    "SELECT d.id, d.webhook_id, d.payload, d.attempts, t.url, t.secret_env"
+    " FROM run_deliveries d JOIN delivery_targets t ON t.id = d.target_id"
+    " WHERE d.id = :id AND d.status = 'pending' AND d.lease_token = :token"
+)
+_RECORD_SQL = text(
+    "UPDATE run_deliveries SET status = :status, attempts = attempts + 1,"
+    " last_status_code = :code, last_error = :error, delivered_at = :delivered_at,"
+    " next_attempt_at = :next_at, finished_at = :finished_at,"
+    " lease_token = NULL, leased_until = NULL"
+    " WHERE id = :id AND status = 'pending' AND lease_token = :token"
+)
+
+
+async def dispatch_due(
+    engine: AsyncEngine,
+    *,
+    now: datetime,
+    enqueue: EnqueueDelivery,
+    per_target: int = CONCURRENCY_PER_TARGET,
+    lease: timedelta = LEASE,
+    limit: int = DISPATCH_LIMIT,
+) -> list[int]:
+    """Lease the due deliveries (within each target's concurrency) and send their messages."""
+    async with engine.begin() as conn:
+        in_flight = Counter(
+            {int(r.target_id): int(r.n) for r in await conn.execute(_IN_FLIGHT_SQL, {"now": now})}
+        )
+        chosen: list[int] = []
+        for row in await conn.execute(_DUE_SQL, {"now": now, "limit": limit}):
+            target = int(row.target_id)
+            if in_flight[target] < per_target:
+                in_flight[target] += 1
+                chosen.append(int(row.id))
+        tokens = [uuid.uuid4().hex for _ in chosen]
+        if chosen:
+            await conn.execute(_LEASE_SQL, {"ids": chosen, "tokens": tokens, "until": now + lease})
+    for delivery_id, token in zip(chosen, tokens, strict=True):
+        try:
+            enqueue(delivery_id, token)
+        except Exception:
+            # The lease expires and a later tick sends it again.
+            log.warning("could not send delivery %s", delivery_id, exc_info=True)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Attempt:
+    status: DeliveryStatus
+    status_code: int | None
+    error: str | None
+
+
+async def deliver(
+    engine: AsyncEngine,
+    client: httpx.AsyncClient,
+    delivery_id: int,
+    token: str,
+    *,
+    now_fn: Callable[[], datetime] = lambda: datetime.now(UTC),
+    schedule: Sequence[timedelta] = RETRY_SCHEDULE,
+    attempt_timeout: timedelta = ATTEMPT_TIMEOUT,
+    environ: Mapping[str, str] | None = None,
+) -> Attempt | None:
+    """One attempt of a leased delivery; None when the lease is no longer this message's."""
+    async with engine.connect() as conn:
+        row = (
+            (await conn.execute(_LOAD_SQL, {"id": delivery_id, "token": token}))
+            .mappings()
+            .one_or_none()
+        )
+    if row is None:
+        return None
+    attempt_number = int(row["attempts"]) + 1
+    try:
+        webhook = load_secret(row["secret_env"], environ)
+    except SecretProblem as exc:
+        # A configuration error, not a receiver's hiccup: retrying would not help.
+        attempt = Attempt(DeliveryStatus.FAILED, None, str(exc))
+        await _record(engine, delivery_id, token, attempt, now=now_fn(), next_at=None)
+        return attempt
+    at = now_fn().astimezone(UTC)
+    body = body_bytes(row["payload"])
+    headers = {
+        **signed_headers(webhook, row["webhook_id"], at, body),
+        "user-agent": USER_AGENT,
+    }
+    code: int | None = None
+    try:
+        response = await client.post(
+            row["url"], content=body, headers=headers, timeout=attempt_timeout.total_seconds()
+        )
+        code = response.status_code
+        if 200 <= code < 300:
+            attempt = Attempt(DeliveryStatus.DELIVERED, code, None)
+        elif 300 <= code < 400:
+            where = response.headers.get("location", "?")
+            error = f"HTTP {code}: redirect to {where} not followed"
+            attempt = Attempt(DeliveryStatus.PENDING, code, error)
+        else:
+            detail = response.text[:ERROR_BODY_CHARS].strip()
+            attempt = Attempt(DeliveryStatus.PENDING, code, f"HTTP {code}: {detail}".rstrip(": "))
+    except httpx.TimeoutException:
+        attempt = Attempt(
+            DeliveryStatus.PENDING, None, f"no answer within {attempt_timeout.total_seconds():g} s"
+        )
+    except httpx.HTTPError as exc:
+        attempt = Attempt(DeliveryStatus.PENDING, None, f"{type(exc).__name__}: {exc}"[:500])
+    next_at: datetime | None = None
+    if attempt.status is DeliveryStatus.PENDING:
+        delay = retry_delay(attempt_number, schedule)
+        if delay is None:
+            attempt = Attempt(DeliveryStatus.FAILED, attempt.status_code, attempt.error)
+        else:
+            next_at = now_fn() + delay
+    await _record(engine, delivery_id, token, attempt, now=now_fn(), next_at=next_at)
+    log.info(
+        "delivery %s attempt %d: %s%s",
+        delivery_id,
+        attempt_number,
+        attempt.status,
+        f" ({attempt.error})" if attempt.error else "",
+    )
+    return attempt
+
+
+async def _record(
+    engine: AsyncEngine,
+    delivery_id: int,
+    token: str,
+    attempt: Attempt,
+    *,
+    now: datetime,
+    next_at: datetime | None,
+) -> None:
+    finished = attempt.status is not DeliveryStatus.PENDING
+    async with engine.begin() as conn:
+        await conn.execute(
+            _RECORD_SQL,
+            {
+                "id": delivery_id,
+                "token": token,
+                "status": str(attempt.status),
+                "code": attempt.status_code,
+                "error": attempt.error,
+                "delivered_at": now if attempt.status is DeliveryStatus.DELIVERED else None,
+                "next_at": next_at,
+                "finished_at": now if finished else None,
+            },
+        )

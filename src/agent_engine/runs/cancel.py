@@ -1,0 +1,193 @@
+"""Stopping a run (cancelRun, DESIGN §10).
+
+The API side is one compare-and-set: a `queued` or `running` run becomes `failed`/`cancelled` at
+once, with the tokens spent so far (the larger of the last heartbeat and the recorded model calls),
+and the same transaction notifies `agent_run_cancels`. A run that already finished makes the
+cancel a `RunFinished` (CONFLICT); a late finish or heartbeat from the worker then matches no row.
+
+The worker side is `CancelWatcher`: one LISTEN connection per worker process. A notification for a
+run this process is executing cancels that run's asyncio task wherever it waits (the model, a
+tool, a rate limit). When the listener was away (database restart) it re-checks the runs it
+watches on reconnecting; the heartbeat's compare-and-set is the last resort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.settings import to_libpq_url
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "agent_run_cancels"
+RECONNECT_DELAY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+# A half-open socket does not always report its end: probe the listening connection this often.
+PROBE_SECONDS = 5.0
+# A cancel can arrive a moment before this process registers the run it just claimed: remember
+# cancels of unwatched runs this long (and at most this many), and honour them in `watch`.
+RECENT_CANCEL_SECONDS = 60.0
+RECENT_CANCELS_MAX = 10_000
+
+# The tokens so far: the heartbeat's count or the recorded model calls', whichever is larger (the
+# database's token-split trigger then splits them as the recorded calls did).
+_CANCEL_SQL = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
+    " finished_at = :now, tokens_used = GREATEST(tokens_used,"
+    "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
+    "    WHERE run_id = :run_id))"
+    " WHERE id = :run_id AND state IN ('queued', 'running')"
+    " RETURNING *"
+)
+_NOTIFY_SQL = text("SELECT pg_notify(:channel, :payload)")
+_STATE_SQL = text("SELECT state FROM agent_runs WHERE id = :run_id")
+
+
+class RunFinished(Exception):
+    """The run was already terminal: nothing to cancel."""
+
+    def __init__(self, run_id: int, state: str) -> None:
+        super().__init__(f"run {run_id} already finished ({state})")
+        self.run_id = run_id
+        self.state = state
+
+
+class RunMissing(Exception):
+    def __init__(self, run_id: int) -> None:
+        super().__init__(f"run {run_id} not found")
+        self.run_id = run_id
+
+
+async def cancel_run(
+    engine: AsyncEngine, run_id: int, *, now: datetime, error: str
+) -> dict[str, Any]:
+    """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit.
+    Returns the cancelled run's row."""
+    async with engine.begin() as conn:
+        row = (
+            (await conn.execute(_CANCEL_SQL, {"run_id": run_id, "now": now, "error": error}))
+            .mappings()
+            .one_or_none()
+        )
+        if row is None:
+            state = (await conn.execute(_STATE_SQL, {"run_id": run_id})).scalar()
+            if state is None:
+                raise RunMissing(run_id)
+            raise RunFinished(run_id, str(state))
+        # Delivered at commit, to every worker process; only the one executing it acts. Also for
+        # a queued run: a worker may have claimed it while this statement waited for the row.
+        await conn.execute(_NOTIFY_SQL, {"channel": CHANNEL, "payload": str(run_id)})
+    return dict(row)
+
+
+class CancelWatcher:
+    """A worker process's ear for cancels of the runs it executes."""
+
+    def __init__(self, database_url: str) -> None:
+        self._dsn = to_libpq_url(database_url)
+        self._watched: dict[int, asyncio.Future[Any]] = {}
+        self._recent: OrderedDict[int, float] = OrderedDict()
+        self._task: asyncio.Task[None] | None = None
+        self._checker: AsyncEngine | None = None
+        self.listening = asyncio.Event()
+
+    def start(self, engine: AsyncEngine) -> None:
+        """Start listening (idempotent); `engine` serves the re-checks after a reconnect."""
+        self._checker = engine
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._listen_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def watch(self, run_id: int, work: asyncio.Future[Any]) -> None:
+        """Cancel `work` when run `run_id` is cancelled; forgotten when `work` is done."""
+        self._watched[run_id] = work
+        cancelled_at = self._recent.pop(run_id, None)
+        if cancelled_at is not None and time.monotonic() - cancelled_at < RECENT_CANCEL_SECONDS:
+            self._cancel(run_id)
+
+        def forget(_: asyncio.Future[Any]) -> None:
+            if self._watched.get(run_id) is work:
+                del self._watched[run_id]
+
+        work.add_done_callback(forget)
+
+    @property
+    def watched(self) -> int:
+        return len(self._watched)
+
+    def _cancel(self, run_id: int) -> None:
+        work = self._watched.get(run_id)
+        if work is None:
+            self._recent[run_id] = time.monotonic()
+            while len(self._recent) > RECENT_CANCELS_MAX:
+                self._recent.popitem(last=False)
+        elif not work.done():
+            log.info("run %s was cancelled: stopping its work", run_id)
+            work.cancel()
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            self._cancel(int(payload))
+
+    async def _recheck(self) -> None:
+        """Runs cancelled while the listener was away: stop those no longer running."""
+        if not self._watched or self._checker is None:
+            return
+        async with self._checker.connect() as conn:
+            result = await conn.execute(
+                text(
+                    "SELECT id FROM agent_runs WHERE id = ANY(CAST(:ids AS bigint[]))"
+                    " AND state <> 'running'"
+                ),
+                {"ids": list(self._watched)},
+            )
+            for row in result:
+                self._cancel(int(row.id))
+
+    async def _listen_forever(self) -> None:
+        attempt = 0
+        while True:
+            lost = asyncio.Event()
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self._dsn)
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._on_notify)
+                self.listening.set()
+                if attempt:
+                    log.info("cancel listener reconnected")
+                    await self._recheck()
+                attempt = 0
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), PROBE_SECONDS)
+                    if not lost.is_set():
+                        await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_SECONDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("cancel listener lost the database: %s", exc)
+            finally:
+                self.listening.clear()
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close(timeout=1)
+            await asyncio.sleep(
+                RECONNECT_DELAY_SECONDS[min(attempt, len(RECONNECT_DELAY_SECONDS) - 1)]
+            )
+            attempt += 1

@@ -1,0 +1,206 @@
+"""cancelRun through the public API, with a real worker executing the runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import dramatiq
+import httpx
+import pytest
+import redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.settings import Settings
+from agent_engine.testing.fake_openai import (
+    FakeOpenAIServer,
+    FakeToolCall,
+    error_reply,
+    text_reply,
+    tool_reply,
+)
+from agent_engine.workers.main import start_worker, stop_worker
+from tests.integration.runs.conftest import FakeAgent
+from tests.integration.runs.support import eventually, fetch
+from tests.integration.subscriptions.support import Server
+from tests.integration.transcript.support import CANCEL, START, Gql, error_code
+from tests.support.factories import Factories
+
+# Long enough that the run is surely still waiting on the model when the cancel lands.
+SLOW_MODEL_SECONDS = 4.0
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """Heartbeats far apart: the worker can learn of a cancel only from the cancel itself."""
+    return settings.model_copy(
+        update={"heartbeat_interval_seconds": 60.0, "stale_after_seconds": 180.0}
+    )
+
+
+async def _running(gql: Gql, run_id: str, owner: int) -> None:
+    async def running() -> bool:
+        return (await gql.run(run_id, as_user=owner))["state"] == "RUNNING"
+
+    await eventually(running, what="the run to be running")
+
+
+async def test_cancelling_a_running_run_stops_it_and_frees_the_agent(
+    server: Server,
+    http: httpx.AsyncClient,
+    settings: Settings,
+    engine: AsyncEngine,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    gql = Gql(server, http, settings)
+    agent = await fake_agent()
+    owner = int(agent["user_id"])
+    fake_openai.enqueue(
+        text_reply("Looked around.", prompt_tokens=40, completion_tokens=2),
+        # Would go on with a tool call and a third model call if the worker did not stop.
+        tool_reply(
+            FakeToolCall("search_knowledge", {"query": "x"}),
+            delay_seconds=SLOW_MODEL_SECONDS,
+        ),
+    )
+    fake_openai.enqueue(text_reply("Done.", delay_seconds=0))
+    # First run succeeds (one call) so the slow call belongs to the second run.
+    first = await gql.data(START, {"id": str(agent["id"])}, as_user=owner)
+    await gql.finished_run(first["startRun"]["id"], as_user=owner)
+    second = await gql.data(START, {"id": str(agent["id"])}, as_user=owner)
+    run_id = second["startRun"]["id"]
+    await _running(gql, run_id, owner)
+    await eventually(lambda: _model_calls(fake_openai, 2), what="the slow model call")
+
+    asked = time.monotonic()
+    cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
+    assert time.monotonic() - asked < 5.0
+    assert (cancelled["state"], cancelled["reason"]) == ("FAILED", "CANCELLED")
+    assert cancelled["error"] == "cancelled by its owner"
+
+    # The agent is free again at once: a new start is queued, not skipped as already running.
+    third = await gql.data(START, {"id": str(agent["id"])}, as_user=owner)
+    assert third["startRun"]["state"] == "QUEUED"
+    done = await gql.finished_run(third["startRun"]["id"], as_user=owner)
+    assert done["state"] == "SUCCEEDED" and done["output"] == "Done."
+
+    # The abandoned model call answers after a while; the worker stopped, so it neither goes on
+    # (no tool call, no further model call) nor writes anything to the cancelled run.
+    await asyncio.sleep(SLOW_MODEL_SECONDS + 1.0)
+    assert fake_openai.request_count == 3
+    run = await gql.run(run_id, as_user=owner)
+    assert (run["state"], run["reason"]) == ("FAILED", "CANCELLED")
+    assert [(s["kind"], s["error"]) for s in run["steps"]] == [
+        ("MODEL_CALL", "the run ended (failed/cancelled) during this step")
+    ]
+    assert run["tokensUsed"] == run["promptTokens"] + run["completionTokens"]
+    (journal,) = await fetch(engine, "SELECT * FROM agent_runs WHERE id = :r", r=int(run_id))
+    assert journal["finished_at"] is not None
+
+
+async def test_cancelling_a_run_waiting_out_a_rate_limit_stops_the_wait(
+    server: Server,
+    http: httpx.AsyncClient,
+    settings: Settings,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    gql = Gql(server, http, settings)
+    agent = await fake_agent()
+    owner = int(agent["user_id"])
+    # A 429 asking to come back in a few seconds: the provider waits, then would call again.
+    wait_ms = int(SLOW_MODEL_SECONDS * 1000)
+    fake_openai.enqueue(error_reply(429, "slow down", retry_after_ms=wait_ms), text_reply("Late."))
+    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    await eventually(lambda: _model_calls(fake_openai, 1), what="the rate-limited call")
+
+    cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
+    assert (cancelled["state"], cancelled["reason"]) == ("FAILED", "CANCELLED")
+    await asyncio.sleep(SLOW_MODEL_SECONDS + 1.0)  # past the moment the retry was due
+    assert fake_openai.request_count == 1
+    assert (await gql.run(run_id, as_user=owner))["reason"] == "CANCELLED"
+
+
+async def _model_calls(fake: FakeOpenAIServer, count: int) -> bool:
+    return fake.request_count >= count
+
+
+@pytest.fixture
+def no_worker_yet(settings: Settings) -> Iterator[list[dramatiq.Worker]]:
+    """A worker the test starts when it wants one."""
+    started: list[dramatiq.Worker] = []
+    try:
+        yield started
+    finally:
+        for one in started:
+            stop_worker(one, grace_seconds=5)
+
+
+async def test_a_cancelled_queued_run_never_reaches_the_model(
+    server: Server,
+    http: httpx.AsyncClient,
+    settings: Settings,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    no_worker_yet: list[dramatiq.Worker],
+) -> None:
+    gql = Gql(server, http, settings)
+    agent = await fake_agent()
+    owner = int(agent["user_id"])
+    # Queued behind nobody: no worker is running yet, its message waits in the broker.
+    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
+    assert (cancelled["state"], cancelled["reason"], cancelled["tokensUsed"]) == (
+        "FAILED",
+        "CANCELLED",
+        0,
+    )
+
+    no_worker_yet.append(start_worker(settings, threads=2))
+    client = redis.Redis.from_url(settings.redis_url or "")
+    try:
+
+        async def drained() -> bool:
+            return client.llen("dramatiq:runs") == 0 and client.hlen("dramatiq:runs.msgs") == 0
+
+        await eventually(drained, what="the worker to take the message")
+    finally:
+        client.close()
+    await asyncio.sleep(0.5)  # room for a wrong execution to reach the model
+    assert fake_openai.request_count == 0
+    run = await gql.run(run_id, as_user=owner)
+    assert (run["state"], run["reason"], run["steps"]) == ("FAILED", "CANCELLED", [])
+
+
+async def test_cancel_permissions_and_a_finished_run_is_a_conflict(
+    server: Server,
+    http: httpx.AsyncClient,
+    settings: Settings,
+    factories: Factories,
+    fake_agent: FakeAgent,
+) -> None:
+    gql = Gql(server, http, settings)
+    agent = await fake_agent()
+    owner = int(agent["user_id"])
+    stranger = (await factories.user())["id"]
+    admin = (await factories.user())["id"]
+    finished = await factories.run(agent["id"], state="succeeded", output="old")
+    queued = await factories.run(agent["id"], state="queued")
+
+    body = await gql.body(CANCEL, {"id": str(finished["id"])}, as_user=owner)
+    assert error_code(body) == "CONFLICT"
+    body = await gql.body(CANCEL, {"id": str(queued["id"])}, as_user=stranger)
+    assert error_code(body) == "NOT_FOUND"
+    body = await gql.body(CANCEL, {"id": "not-an-id"}, as_user=owner)
+    assert error_code(body) == "BAD_USER_INPUT"
+    assert body["errors"][0]["extensions"]["field"] == "runId"
+
+    by_admin = await gql.data(CANCEL, {"id": str(queued["id"])}, as_user=admin, admin=True)
+    assert by_admin["cancelRun"]["state"] == "FAILED"
+    assert by_admin["cancelRun"]["error"] == f"cancelled by an admin (user {admin})"
+    body = await gql.body(CANCEL, {"id": str(queued["id"])}, as_user=owner)
+    assert error_code(body) == "CONFLICT"
