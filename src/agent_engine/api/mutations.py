@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents import admin as admin_service
-from agent_engine.agents import definitions, deletion
+from agent_engine.agents import audit, definitions, deletion
 from agent_engine.agents.errors import (
     Contended,
     Missing,
@@ -409,7 +409,13 @@ class Mutation:
         by = "its owner" if owner == viewer.user_id else f"an admin (user {viewer.user_id})"
         try:
             row = await run_cancel.cancel_run(
-                info.context.engine, ident, now=info.context.now, error=f"cancelled by {by}"
+                info.context.engine,
+                ident,
+                now=info.context.now,
+                error=f"cancelled by {by}",
+                # An admin cancelling another owner's run is an admin action.
+                audited_actor_id=None if owner == viewer.user_id else viewer.user_id,
+                owner_id=owner,
             )
         except run_cancel.RunMissing as exc:
             raise NotFound("run", ident) from exc
@@ -417,8 +423,6 @@ class Mutation:
             raise Conflict(
                 f"run {ident} already finished ({exc.state}): nothing to cancel"
             ) from exc
-        # audit seam (issue 19): an admin cancelling another owner's run is an admin action
-        # ("run.cancelled", actor = viewer, agent = row["agent_id"]); record it here.
         return Run.from_row(row)
 
     @described_mutation(
@@ -582,7 +586,7 @@ class Mutation:
     async def upsert_delivery_target(
         self, info: Info, input: DeliveryTargetInput
     ) -> DeliveryTarget:
-        info.context.require_admin()
+        viewer = info.context.require_admin()
         target_id = parse_id(input.id, "input.id") if input.id is not None else None
         if problem := target_url_problem(input.url):
             raise BadUserInput("input.url", problem)
@@ -605,18 +609,36 @@ class Mutation:
                 .mappings()
                 .one()
             )
-        # audit seam (issue 19): "delivery_target.upserted", actor = viewer, details = the row.
+            # The secret itself is never stored: the audit keeps the variable's name.
+            await audit.record(
+                conn,
+                viewer.user_id,
+                audit.AuditAction.DELIVERY_TARGET_UPSERTED,
+                details={
+                    "targetId": str(saved),
+                    "created": target_id is None,
+                    "name": row["name"],
+                    "url": audit.redacted_url(row["url"]),
+                    "secretEnv": row["secret_env"],
+                    "enabled": bool(row["enabled"]),
+                },
+            )
         return DeliveryTarget.from_row(dict(row), admin=True)
 
     @described_mutation(
         description="Admin only. Removes the target; agents lose it from their selection."
     )
     async def remove_delivery_target(self, info: Info, id: strawberry.ID) -> strawberry.ID:
-        info.context.require_admin()
+        viewer = info.context.require_admin()
         target_id = parse_id(id, "id")
         async with _transaction(info) as conn:
             await delivery_targets.remove_target(conn, target_id)
-        # audit seam (issue 19): "delivery_target.removed", actor = viewer, details = its id.
+            await audit.record(
+                conn,
+                viewer.user_id,
+                audit.AuditAction.DELIVERY_TARGET_REMOVED,
+                details={"targetId": str(target_id)},
+            )
         return strawberry.ID(str(target_id))
 
     @described_mutation(description="Admin only.")

@@ -25,6 +25,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.agents import audit
 from agent_engine.settings import to_libpq_url
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,17 @@ class RunMissing(Exception):
 
 
 async def cancel_run(
-    engine: AsyncEngine, run_id: int, *, now: datetime, error: str
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    now: datetime,
+    error: str,
+    audited_actor_id: int | None = None,
+    owner_id: int | None = None,
 ) -> dict[str, Any]:
     """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit.
-    Returns the cancelled run's row."""
+    Returns the cancelled run's row. `audited_actor_id`: an admin cancelling another owner's run,
+    recorded in the audit log in the same transaction."""
     async with engine.begin() as conn:
         row = (
             (await conn.execute(_CANCEL_SQL, {"run_id": run_id, "now": now, "error": error}))
@@ -86,6 +94,15 @@ async def cancel_run(
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
         await conn.execute(_NOTIFY_SQL, {"channel": CHANNEL, "payload": str(run_id)})
+        if audited_actor_id is not None:
+            await audit.record(
+                conn,
+                audited_actor_id,
+                audit.AuditAction.RUN_CANCELLED,
+                agent_id=int(row["agent_id"]),
+                user_id=owner_id,
+                details={"runId": str(run_id), "state": str(row["state"]), "error": error},
+            )
     return dict(row)
 
 

@@ -293,3 +293,58 @@ async def test_run_retention_days_is_set_kept_and_cleared(api: Api) -> None:
     assert cleared["updatePlatformSettings"]["runRetentionDays"] is None
     top = await api.data(SETTINGS, {"input": {"runRetentionDays": 3650}}, admin)
     assert top["updatePlatformSettings"]["runRetentionDays"] == 3650
+
+
+async def test_reactivation_cancels_and_delivery_targets_are_audited_but_owners_own_cancel_is_not(
+    api: Api, factories: Factories
+) -> None:
+    owner = await factories.user()
+    await factories.user(ADMIN)
+    agent = await factories.agent(user_id=owner["id"])
+    admin = api.token(ADMIN, admin=True)
+    mine = api.token(owner["id"])
+    cancel = "mutation($r: ID!) { cancelRun(runId: $r) { state reason } }"
+    by_admin = await factories.run(agent["id"], state="queued")
+    await api.data(cancel, {"r": str(by_admin["id"])}, admin)
+    by_owner = await factories.run(agent["id"], state="queued")
+    await api.data(cancel, {"r": str(by_owner["id"])}, mine)
+    await api.data(
+        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, admin
+    )
+    await api.data(
+        "mutation($u: ID!) { reactivateOwner(userId: $u) { active } }",
+        {"u": str(owner["id"])},
+        admin,
+    )
+    target = (
+        await api.data(
+            """mutation($i: DeliveryTargetInput!) { upsertDeliveryTarget(input: $i) { id } }""",
+            {
+                "i": {
+                    "name": "Digest inbox",
+                    "url": "https://hooks.example.com/agent",
+                    "secretEnv": "DIGEST_WEBHOOK_SECRET",
+                }
+            },
+            admin,
+        )
+    )["upsertDeliveryTarget"]["id"]
+    await api.data("mutation($t: ID!) { removeDeliveryTarget(id: $t) }", {"t": target}, admin)
+
+    entries = await audit_log(api, admin)
+    actions = [e["action"] for e in entries]
+    assert actions[:5] == [
+        "delivery_target.removed",
+        "delivery_target.upserted",
+        "user.reactivated",
+        "user.deactivated",
+        "run.cancelled",
+    ]
+    assert actions.count("run.cancelled") == 1  # the owner's own cancel is not an admin action
+    cancelled = entries[4]
+    assert cancelled["details"]["runId"] == str(by_admin["id"])
+    assert (cancelled["agentId"], cancelled["userId"]) == (str(agent["id"]), str(owner["id"]))
+    upserted = entries[1]["details"]
+    assert upserted["secretEnv"] == "DIGEST_WEBHOOK_SECRET"
+    assert upserted["url"] == "https://hooks.example.com/agent"
+    assert entries[0]["details"] == {"targetId": target}
