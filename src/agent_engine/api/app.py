@@ -50,6 +50,7 @@ from agent_engine.api.auth import (
 from agent_engine.api.context import Context, Enqueue
 from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
+from agent_engine.api.fanout import Broadcaster, GroupedTransportWSHandler, dumps
 from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.schema import build_schema
 from agent_engine.db.engine import create_engine
@@ -79,6 +80,7 @@ class State(TypedDict):
     broker: dramatiq.Broker | None
     enqueue: Enqueue
     hub: RunEventHub
+    broadcaster: Broadcaster
 
 
 def _no_broker(run_id: int) -> None:
@@ -114,7 +116,10 @@ async def _authenticate(
 
 
 class GraphQLView(GraphQL[Context, None]):
-    """Strawberry's ASGI view with our context, auth, GraphiQL page and JSON transport errors."""
+    """Strawberry's ASGI view with our context, auth, GraphiQL page and JSON transport errors;
+    subscriptions over graphql-transport-ws are delivered by groups (api/fanout.py)."""
+
+    graphql_transport_ws_handler_class = GroupedTransportWSHandler
 
     def __init__(self, settings: Settings, clock: Callable[[], datetime]) -> None:
         super().__init__(
@@ -124,6 +129,9 @@ class GraphQLView(GraphQL[Context, None]):
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
         )
         self.clock = clock
+
+    def encode_json(self, data: object) -> str:
+        return dumps(data)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,6 +154,7 @@ class GraphQLView(GraphQL[Context, None]):
             request=request,
             response=response,
             hub=state["hub"],
+            broadcaster=state["broadcaster"],
             clock=self.clock,
         )
         if isinstance(request, Request):
@@ -339,8 +348,10 @@ def create_app(
                 queue_size=settings.subscriber_queue_size,
             )
             await hub.start()
+            broadcaster = Broadcaster(queue_size=settings.subscriber_queue_size)
             # Tests and operators find the process's hub here (subscriber count, listening).
             app.state.hub = hub
+            app.state.broadcaster = broadcaster
             try:
                 async with asyncio.timeout(HUB_LISTEN_TIMEOUT_SECONDS):
                     await hub.wait_listening()
@@ -348,10 +359,16 @@ def create_app(
                 logger.warning("run events: not listening yet; subscriptions wait for it")
             try:
                 yield State(
-                    engine=active, settings=settings, broker=broker, enqueue=enqueue, hub=hub
+                    engine=active,
+                    settings=settings,
+                    broker=broker,
+                    enqueue=enqueue,
+                    hub=hub,
+                    broadcaster=broadcaster,
                 )
             finally:
                 await hub.stop()
+                await broadcaster.stop()
         finally:
             if own_engine:
                 await active.dispose()

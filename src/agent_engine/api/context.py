@@ -16,6 +16,7 @@ from agent_engine.settings import Settings
 
 if TYPE_CHECKING:
     from agent_engine.api.events import RunEventHub
+    from agent_engine.api.fanout import Broadcaster
 
 Enqueue = Callable[[int], None]
 
@@ -35,6 +36,8 @@ class Context:
     connection_params: dict[str, Any] | None = None
     # The process's run-event hub (subscriptions) and the clock `now` was read from.
     hub: RunEventHub | None = None
+    # The process's subscription groups (api/fanout.py): one execution per event and group.
+    broadcaster: Broadcaster | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     _loaders: Loaders | None = field(default=None, init=False, repr=False)
 

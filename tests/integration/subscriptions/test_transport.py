@@ -46,7 +46,7 @@ async def test_a_connection_without_a_valid_token_is_closed(
             await client.init(payload)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4403
-    assert server.hub.subscriber_count == 0
+    assert server.subscriber_count == 0
 
 
 async def test_a_subscribe_before_connection_init_is_closed_unauthorized(server: Server) -> None:
@@ -56,7 +56,7 @@ async def test_a_subscribe_before_connection_init_is_closed_unauthorized(server:
             await client.receive()
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4401
-    assert server.hub.subscriber_count == 0
+    assert server.subscriber_count == 0
 
 
 async def test_a_deactivated_owner_is_refused(
@@ -84,7 +84,7 @@ async def test_a_subscription_flood_is_capped_per_connection(
             refused = await client.message_for("extra")
             assert refused["type"] == "error", refused
             assert "limit" in refused["payload"][0]["message"].lower()
-            assert server.hub.subscriber_count == CAP
+            assert server.subscriber_count == CAP
             # Completing one makes room for another.
             await client.complete("0")
             await server.wait_subscribers(CAP - 1)
@@ -105,7 +105,7 @@ async def test_subscriptions_over_plain_http_are_refused(
         )
     assert response.status_code == 400, response.text
     assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
-    assert server.hub.subscriber_count == 0
+    assert server.subscriber_count == 0
 
 
 async def test_a_subscriber_that_falls_behind_is_told_and_ended(
