@@ -109,7 +109,9 @@ async def _authenticate(
         if token is None:
             return None, None
         claims = verify_token(state["settings"], token)
-        async with state["engine"].begin() as conn:
+        async with state["engine"].connect() as conn:
+            # One statement (a read; the upsert only when the claims changed): no transaction.
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
             return await provision_user(conn, claims), None
     except ApiError as exc:
         return None, exc

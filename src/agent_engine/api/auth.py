@@ -229,19 +229,40 @@ _UPSERT_USER = text(
 )
 
 
-async def provision_user(conn: AsyncConnection, claims: Claims) -> Viewer:
-    """Upsert the user from verified claims; refuse a deactivated one."""
-    row = (
-        await conn.execute(
-            _UPSERT_USER,
-            {
-                "id": claims.user_id,
-                "email": claims.email,
-                "name": claims.name,
-                "timezone": claims.timezone,
-            },
+_READ_USER = text("SELECT id, email, display_name, timezone, is_active FROM users WHERE id = :id")
+
+
+def _claims_changed(row: Any, claims: Claims) -> bool:
+    """Whether the upsert would change the row (an absent claim keeps the stored value)."""
+    return any(
+        claim is not None and claim != stored
+        for claim, stored in (
+            (claims.email, row.email),
+            (claims.name, row.display_name),
+            (claims.timezone, row.timezone),
         )
-    ).one()
+    )
+
+
+async def provision_user(conn: AsyncConnection, claims: Claims) -> Viewer:
+    """Upsert the user from verified claims; refuse a deactivated one.
+
+    A read first: the write happens on first sight and when the claims changed, not on every
+    request or WebSocket connection (each would be a write transaction and a row lock).
+    """
+    row = (await conn.execute(_READ_USER, {"id": claims.user_id})).one_or_none()
+    if row is None or (row.is_active and _claims_changed(row, claims)):
+        row = (
+            await conn.execute(
+                _UPSERT_USER,
+                {
+                    "id": claims.user_id,
+                    "email": claims.email,
+                    "name": claims.name,
+                    "timezone": claims.timezone,
+                },
+            )
+        ).one()
     if not row.is_active:
         raise Forbidden("this account is deactivated")
     return Viewer(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from websockets.exceptions import ConnectionClosed
 
+from agent_engine.api.auth import mint_token
 from agent_engine.settings import Settings
 from tests.integration.subscriptions.support import (
     BUDGET,
@@ -134,3 +137,35 @@ async def test_a_subscriber_that_falls_behind_is_told_and_ended(
             assert message["payload"]["errors"][0]["extensions"]["code"] == "SUBSCRIBER_TOO_SLOW"
             assert (await client.message_for("1"))["type"] == "complete"
             await server.wait_subscribers(0)
+
+
+async def _next_xid(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        value = await conn.scalar(text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
+    return int(str(value))
+
+
+async def test_connections_write_the_user_only_when_the_claims_change(
+    server: Server, settings: Settings, factories: Factories, engine: AsyncEngine
+) -> None:
+    user = await factories.user()
+    bearer = token(settings, user["id"])
+    before = await _next_xid(engine)
+    for _ in range(3):
+        async with acknowledged_client(server, bearer) as client:
+            await client.subscribe("1", BUDGET)
+            await server.wait_subscribers(1)
+        await server.wait_subscribers(0)
+    # Reads only: no transaction id was taken (a write, even a row lock, takes one).
+    assert await _next_xid(engine) == before
+
+    renamed = mint_token(
+        settings.jwt_secret or "", user_id=user["id"], name="Renamed", ttl=timedelta(hours=1)
+    )
+    async with acknowledged_client(server, renamed):
+        pass
+    async with engine.connect() as conn:
+        name = await conn.scalar(
+            text("SELECT display_name FROM users WHERE id = :id"), {"id": user["id"]}
+        )
+    assert name == "Renamed"
