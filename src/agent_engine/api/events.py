@@ -104,7 +104,7 @@ class Subscriber:
             self.close()
 
     async def batches(self) -> AsyncIterator[list[RunEvent]]:
-        """As `events`, but whatever is already queued comes at once (a burst is handled together)."""
+        """As `events`, but what is already queued comes at once (a burst is handled together)."""
         try:
             while not (self.closed and self.queue.empty()):
                 items = [await self.queue.get()]

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, cast
 
 import orjson
 import structlog
@@ -241,6 +241,9 @@ class _Member:
         return items
 
 
+_Executor = Executor[Any]
+# graphql-core's predicate type; Strawberry's fast check for plain values.
+_is_awaitable = cast(Callable[[Any], TypeGuard[Awaitable[Any]]], optimized_is_awaitable)
 _Job = tuple[Any, Audience, Any]  # (event, audience, payload text | None | awaitable of it)
 
 
@@ -270,7 +273,7 @@ class _Group:
         self.members: set[_Member] = set()
         # Admin groups: members by user id, for events of their own runs.
         self.by_user: dict[int, set[_Member]] = {}
-        self._executors: dict[Audience, tuple[Context, Executor | list[GraphQLError]]] = {}
+        self._executors: dict[Audience, tuple[Context, _Executor | list[GraphQLError]]] = {}
         self.source = feed.open(GROUP_BACKLOG_EVENTS, False)
         self.task = asyncio.create_task(self._run(), name=f"subscription-group-{feed.key}")
 
@@ -342,7 +345,7 @@ class _Group:
             return list(owners)
         return [member for member in self.members if member not in owners]
 
-    def _executor(self, audience: Audience) -> tuple[Context, Executor | list[GraphQLError]]:
+    def _executor(self, audience: Audience) -> tuple[Context, _Executor | list[GraphQLError]]:
         found = self._executors.get(audience)
         if found is None:
             context = dataclasses.replace(
@@ -352,14 +355,14 @@ class _Group:
                 response=None,
                 connection_params=None,
             )
-            executor_class = cast(type[Executor], self.schema.execution_context_class)
+            executor_class = cast(type[_Executor], self.schema.execution_context_class)
             executor = executor_class.build(
                 self.schema._schema,
                 self.document,
                 context_value=context,
                 raw_variable_values=self.variables,
                 operation_name=self.operation_name,
-                is_awaitable=optimized_is_awaitable,
+                is_awaitable=_is_awaitable,
                 operation_extensions=None,
             )
             found = self._executors[audience] = (context, executor)
@@ -381,10 +384,10 @@ class _Group:
             return None
         result = execute_subscription_event(executor.build_per_event_executor(value))
         if optimized_is_awaitable(result):
-            return self._serialise_later(result)
+            return self._serialise_later(cast(Awaitable[ExecutionResult], result))
         return _serialise(cast(ExecutionResult, result))
 
-    async def _execute_later(self, executor: Executor, value: Awaitable[Any]) -> str | None:
+    async def _execute_later(self, executor: _Executor, value: Awaitable[Any]) -> str | None:
         try:
             payload = await value
         except Exception as exc:

@@ -14,7 +14,15 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from graphql import DocumentNode, FieldNode, GraphQLError, ValidationRule, Visitor, visit
+from graphql import (
+    ASTValidationRule,
+    DocumentNode,
+    FieldNode,
+    GraphQLError,
+    ValidationRule,
+    Visitor,
+    visit,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
 
@@ -60,7 +68,7 @@ class _GuardRules:
     """The limits, and the documents that passed them (parsed, validated), shared by requests."""
 
     def __init__(
-        self, *, max_tokens: int, max_fields: int, rules: tuple[type[ValidationRule], ...]
+        self, *, max_tokens: int, max_fields: int, rules: tuple[type[ASTValidationRule], ...]
     ) -> None:
         self.max_tokens = max_tokens
         self.max_fields = max_fields

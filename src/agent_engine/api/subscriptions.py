@@ -104,8 +104,8 @@ class Subscription:
 
 __all__ = [
     "SUBSCRIBER_TOO_SLOW",
-    "Subscription",
     "SubscriberLagged",
+    "Subscription",
     "budget_feed",
     "run_events_feed",
 ]

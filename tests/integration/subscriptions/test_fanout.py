@@ -81,7 +81,9 @@ class Sources:
             if event.number < 0:
                 return SKIP
             assert context.viewer is not None
-            return Seen(viewer_id=context.viewer.user_id, owner_id=event.owner_id, number=event.number)
+            return Seen(
+                viewer_id=context.viewer.user_id, owner_id=event.owner_id, number=event.number
+            )
 
         return Feed(("seen",), open_source, payload)
 
@@ -193,11 +195,11 @@ async def test_one_execution_per_event_and_group_and_the_same_text_for_every_mem
     await until(lambda: all(len(s.frames) == 3 for s in sockets))
     assert sources.payloads == 4  # once per event, not once per subscriber
     for index, socket in enumerate(sockets):
-        prefix = '{"id":"op-%d","type":"next","payload":' % index
+        prefix = f'{{"id":"op-{index}","type":"next","payload":'
         assert all(frame.startswith(prefix) for frame in socket.frames)
         payloads = [frame[len(prefix) :] for frame in socket.frames]
         assert payloads == [
-            '{"data":{"seen":{"viewerId":7,"ownerId":7,"number":%d}}}}' % n for n in range(3)
+            f'{{"data":{{"seen":{{"viewerId":7,"ownerId":7,"number":{n}}}}}}}}}' for n in range(3)
         ]
     for socket in sockets:
         assert socket.task is not None
