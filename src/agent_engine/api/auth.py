@@ -262,7 +262,11 @@ async def provision_user(conn: AsyncConnection, claims: Claims) -> Viewer:
                     "timezone": claims.timezone,
                 },
             )
-        ).one()
+        ).one_or_none()
+        if row is None:
+            # A concurrent first sight inserted the row after this statement's snapshot was
+            # taken (ON CONFLICT waited for it): a new statement sees it.
+            row = (await conn.execute(_READ_USER, {"id": claims.user_id})).one()
     if not row.is_active:
         raise Forbidden("this account is deactivated")
     return Viewer(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import httpx
@@ -169,3 +170,19 @@ async def test_connections_write_the_user_only_when_the_claims_change(
             text("SELECT display_name FROM users WHERE id = :id"), {"id": user["id"]}
         )
     assert name == "Renamed"
+
+
+async def test_many_first_connections_of_a_new_user_are_all_accepted(
+    server: Server, settings: Settings, engine: AsyncEngine
+) -> None:
+    # Concurrent first sights race on the users row; the database settles it, nobody is refused.
+    bearer = token(settings, 424_242)
+
+    async def connect() -> str:
+        async with ws_client(server) as client:
+            return str((await client.init({"Authorization": f"Bearer {bearer}"}))["type"])
+
+    assert await asyncio.gather(*(connect() for _ in range(20))) == ["connection_ack"] * 20
+    async with engine.connect() as conn:
+        count = await conn.scalar(text("SELECT count(*) FROM users WHERE id = 424242"))
+    assert count == 1
