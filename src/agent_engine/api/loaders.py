@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +63,16 @@ _MODELS_BY_ID = _by_id("agent_models")
 _RUNS_BY_ID = _by_id("agent_runs")
 
 
+@dataclass(frozen=True)
+class PageRelations:
+    """The related rows of a page of agents, by agent id (models by model id)."""
+
+    models: dict[int, Row]
+    tools: dict[int, list[Row]]
+    active_runs: dict[int, Row]
+    last_runs: dict[int, Row]
+
+
 class Loaders:
     def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
         self._engine = engine
@@ -93,6 +104,22 @@ class Loaders:
         if self._platform is None:
             self._platform = asyncio.ensure_future(self._load_platform())
         return await asyncio.shield(self._platform)
+
+    async def page_relations(
+        self, agent_ids: Sequence[int], model_ids: Sequence[int]
+    ) -> PageRelations:
+        """Everything a page of agents shows about each, one statement per kind of row.
+
+        The same statements as the per-agent loaders, called directly: a page asks for all of
+        its keys at once, so a future per key and agent (DataLoader) would only cost CPU.
+        """
+        models = {int(r["id"]): r for r in await self._fetch(_MODELS_BY_ID, model_ids)}
+        tools: dict[int, list[Row]] = {i: [] for i in agent_ids}
+        for row in await self._fetch(_TOOLS_OF_AGENTS, agent_ids):
+            tools[int(row.pop("agent_id"))].append(row)
+        active = {int(r["agent_id"]): r for r in await self._fetch(_ACTIVE_RUNS, agent_ids)}
+        last = {int(r["agent_id"]): r for r in await self._fetch(_LAST_FINISHED_RUNS, agent_ids)}
+        return PageRelations(models, tools, active, last)
 
     def prime_agent(self, row: Row) -> None:
         self.agent.prime(int(row["id"]), row, force=True)
