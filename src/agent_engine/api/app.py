@@ -52,6 +52,7 @@ from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.fanout import Broadcaster, GroupedTransportWSHandler, dumps
 from agent_engine.api.guards import BodySizeLimit, document_guards
+from agent_engine.api.loaders import Loaders
 from agent_engine.api.schema import build_schema
 from agent_engine.db.engine import create_engine
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
@@ -102,13 +103,17 @@ def _state(connection: Request | WebSocket) -> State:
 
 
 async def _authenticate(
-    state: State, authorization: str | None
+    state: State, authorization: str | None, loaders: Loaders | None = None
 ) -> tuple[Viewer | None, ApiError | None]:
+    """The viewer of a bearer token; over HTTP on the request's loaders' connection."""
     try:
         token = bearer_token(authorization)
         if token is None:
             return None, None
         claims = verify_token(state["settings"], token)
+        if loaders is not None:
+            async with loaders.connection() as conn:
+                return await provision_user(conn, claims), None
         async with state["engine"].connect() as conn:
             # One statement (a read; the upsert only when the claims changed): no transaction.
             await conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -161,7 +166,7 @@ class GraphQLView(GraphQL[Context, None]):
         )
         if isinstance(request, Request):
             context.viewer, context.auth_error = await _authenticate(
-                state, request.headers.get("authorization")
+                state, request.headers.get("authorization"), context.loaders
             )
         return context
 

@@ -145,7 +145,9 @@ class Loaders:
             await self._close()
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """The request's shared autocommit connection, by turns (also for the viewer's lookup,
+        so a request checks out one pooled connection, not two)."""
         self._users += 1
         if self._release_timer is not None:
             self._release_timer.cancel()
@@ -179,7 +181,7 @@ class Loaders:
                 await conn.close()
 
     async def _load_platform(self) -> PlatformSettings:
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             return await load_platform_settings(conn)
 
     def _rows_by_key(self, statement: TextClause, key: str) -> DataLoader[int, Row | None]:
@@ -205,11 +207,11 @@ class Loaders:
 
     async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
         platform = await self.platform()
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             budgets = await owners_budgets(conn, list(owner_ids), now=self._now, platform=platform)
         return [budgets[i] for i in owner_ids]
 
     async def _fetch(self, statement: TextClause, ids: Sequence[int]) -> list[Row]:
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             result = await conn.execute(statement, {"ids": list(ids)})
             return [dict(row) for row in result.mappings()]
