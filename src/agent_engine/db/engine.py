@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agent_engine.settings import Settings, to_asyncpg_url
@@ -22,12 +26,24 @@ def create_engine(
 
 
 def create_engine_for_url(url: str, *, pool_size: int = 10, pre_ping: bool = True) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         to_asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        # Survives a database restart without an error, at a price: the asyncpg dialect's ping
-        # is three round trips (BEGIN, `;`, ROLLBACK) on every checkout.
-        pool_pre_ping=pre_ping,
         pool_recycle=1800,
     )
+    if pre_ping:
+        # Survives a database restart without an error. Not SQLAlchemy's pool_pre_ping: the
+        # asyncpg dialect's ping is three round trips (BEGIN, `;`, ROLLBACK) on every checkout,
+        # a third of a small request's round trips.
+        event.listen(engine.sync_engine.pool, "checkout", _replace_closed_connection)
+    return engine
+
+
+def _replace_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection whose socket the server closed (a restart, a terminated backend) is
+    replaced before use, without a round trip: asyncpg marks it closed as soon as the event loop
+    reads the end of its socket. (A silently dead peer is not noticed here; its first statement
+    fails and SQLAlchemy invalidates the pool.)"""
+    if dbapi_connection.driver_connection.is_closed():
+        raise DisconnectionError("the database closed this pooled connection")
