@@ -41,7 +41,8 @@ BIG_OWNER, SMALL_OWNER = 1, 2
 BIG_AGENTS, SMALL_AGENTS = 100, 10
 RUNS_PER_AGENT = 30
 CONCURRENCY = 32
-TARGET_RATIO = 3.0
+TARGET_RATIO = 3.0  # at 32 clients
+TARGET_RATIO_ONE_CLIENT = 1.5
 
 
 async def seed(url: str) -> None:
@@ -219,8 +220,8 @@ async def run(bench: Bench) -> ScenarioResult:
             "ms",
             baseline=s_b["p50_ms"],
             baseline_label="raw asyncpg + json",
-            target=f"ratio ≤ {TARGET_RATIO:g}",
-            ok=s_g["p50_ms"] <= TARGET_RATIO * s_b["p50_ms"],
+            target=f"ratio ≤ {TARGET_RATIO_ONE_CLIENT:g}",
+            ok=s_g["p50_ms"] <= TARGET_RATIO_ONE_CLIENT * s_b["p50_ms"],
             note=f"p99 {s_g['p99_ms']:.1f} ms vs {s_b['p99_ms']:.1f} ms",
         ),
         Row(
