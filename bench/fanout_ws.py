@@ -1,18 +1,21 @@
-"""Scenario 5 over real WebSockets: `runEvents` subscribers on one api process under uvicorn.
+"""Scenario 5 over real WebSockets: `runEvents` dashboards on one and on two api processes.
 
 `subscription { runEvents { previousState run { id state } } }` over graphql-transport-ws at
-`/graphql` (token in the `connection_init` payload) against bench/_api_server.py in its own
-process. S subscribers (quick: 1,000; full: 1,000 and 5,000), all the changing owner's (every
-event goes to every subscriber), spread over a few client processes (multiprocessing), each
-holding many `websockets` connections on one event loop; RLIMIT_NOFILE is raised in every
-process. A thread of the runner commits 200 state changes (queued -> running) with asyncpg at a
-steady rate and records the time each commit returned; latency = client receive time - commit
-time (same machine clock). Every subscriber must receive all 200 events, in commit order.
+`/graphql` (token in the `connection_init` payload) against bench/_api_server.py (uvicorn, the
+real `create_app`; uvloop like `agent-engine serve`, or the standard loop with
+BENCH_API_LOOP=asyncio). Subscribers are spread over client processes (multiprocessing), each
+holding many `websockets` connections on one event loop; RLIMIT_NOFILE is raised everywhere. A
+thread of the runner commits state changes (queued -> running) with asyncpg at a steady rate and
+records when each commit returned; latency = client receive time - commit time (same clock).
+Every subscriber must receive every change, in commit order.
 
-Baseline, in the same run and on the same NOTIFYs: a raw asyncpg LISTEN connection in the runner.
-Memory: the api process's RSS before and after N connect/init/subscribe/complete/close cycles
-(after a warm-up). Client and server CPU are reported: the machine has 2 cores shared by the
-server, the clients and PostgreSQL.
+Rows (issue 18): opening 5,000 subscriptions; 1,000 dashboards of the changing owner at 20
+changes/s (latency) and at 100 changes/s (deliveries/s); 100 admin dashboards with the changes
+spread over 1,000 owners (20/s); the 100/s run again with the same subscribers split over two
+api processes; full mode adds 5,000 subscribers at 100/s. Baseline, in the same run and on the
+same NOTIFYs: a raw asyncpg LISTEN connection in the runner. Memory: the api process's RSS before
+and after N connect/init/subscribe/complete/close cycles (after a warm-up). Client and server
+CPU are reported: the machine has 2 cores shared by the servers, the clients and PostgreSQL.
 """
 
 from __future__ import annotations
