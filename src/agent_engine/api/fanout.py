@@ -164,7 +164,12 @@ _OPERATION: ContextVar[SocketOperation | None] = ContextVar("ws_operation", defa
 
 class GroupedTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
     """Strawberry's graphql-transport-ws handler; each operation's task knows its socket and id,
-    so a subscription can join its group (see the module docstring)."""
+    so a subscription can join its group (see the module docstring).
+
+    A check of the socket's viewer before every operation belongs in `run_operation`, before
+    `super().run_operation`: nothing is registered before that (the group is joined when the
+    stream is first iterated, after the resolver's own `require_viewer`).
+    """
 
     async def run_operation(self, operation: Operation[Any, Any]) -> None:
         # The task of this operation (created by handle_subscribe) has its own context copy.
