@@ -479,6 +479,9 @@ class Broadcaster:
             self._members -= 1
             ACTIVE_SUBSCRIPTIONS.dec()
             if not group.members:
+                # Gone at once: a subscription arriving while the task winds down starts anew.
+                if self._groups.get(group.key) is group:
+                    del self._groups[group.key]
                 group.task.cancel()
 
     def _forget(self, group: _Group) -> None:
