@@ -129,7 +129,8 @@ async def _raw(send: Send, body: bytes) -> None:
 
 def main() -> None:
     settings = load_settings()
-    engine = create_engine(settings, pre_ping=True)  # as the api process (api/app.py)
+    # As the api process (api/app.py).
+    engine = create_engine(settings, pre_ping=True, keep_connections=True)
 
     def count(*_: Any) -> None:
         wrapped.statements += 1

@@ -343,7 +343,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         own_engine = engine is None
-        active = create_engine(settings, pre_ping=True) if engine is None else engine
+        active = (
+            create_engine(settings, pre_ping=True, keep_connections=True)
+            if engine is None
+            else engine
+        )
         if warning := short_secret_warning(settings):
             logger.warning(warning)
         try:

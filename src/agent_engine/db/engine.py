@@ -12,24 +12,38 @@ from agent_engine.settings import Settings, to_asyncpg_url
 
 
 def create_engine(
-    settings: Settings, *, pool_size: int | None = None, pre_ping: bool = False
+    settings: Settings,
+    *,
+    pool_size: int | None = None,
+    pre_ping: bool = False,
+    keep_connections: bool = False,
 ) -> AsyncEngine:
     """The process's engine. Without `pre_ping` (the workers' default) a connection that died
     with a database restart fails its first statement; SQLAlchemy then invalidates the whole
     pool and the caller retries (Dramatiq retries the actor, ticks repeat). The api, which
-    answers clients directly, passes `pre_ping=True`."""
+    answers clients directly, passes `pre_ping=True`.
+
+    A pool has `pool_size` connections plus as many overflow ones, which SQLAlchemy closes when
+    they come back while the pool is full. `keep_connections` (the api) keeps all of them open
+    instead: under a burst of concurrent requests the overflow was opened and closed again for
+    nearly every request (a new PostgreSQL session each time); the ceiling stays the same.
+    """
+    size = pool_size or settings.db_pool_size
     return create_engine_for_url(
         settings.require_database_url(),
-        pool_size=pool_size or settings.db_pool_size,
+        pool_size=2 * size if keep_connections else size,
+        max_overflow=0 if keep_connections else size,
         pre_ping=pre_ping,
     )
 
 
-def create_engine_for_url(url: str, *, pool_size: int = 10, pre_ping: bool = True) -> AsyncEngine:
+def create_engine_for_url(
+    url: str, *, pool_size: int = 10, pre_ping: bool = True, max_overflow: int | None = None
+) -> AsyncEngine:
     engine = create_async_engine(
         to_asyncpg_url(url),
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_recycle=1800,
     )
     if pre_ping:
