@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 from collections import deque
@@ -274,13 +275,20 @@ class _Group:
         self.operation_name = operation.operation_name
         self.variables = operation.variables
         self.audience = audience
-        self.base_context = context
+        # The joining socket's context without what is the socket's: the group outlives it.
+        self.base_context = dataclasses.replace(
+            context, viewer=None, request=None, response=None, connection_params=None
+        )
         self.members: set[_Member] = set()
         # Admin groups: members by user id, for events of their own runs.
         self.by_user: dict[int, set[_Member]] = {}
         self._executors: dict[Audience, tuple[Context, _Executor | list[GraphQLError]]] = {}
         self.source = feed.open(GROUP_BACKLOG_EVENTS, False)
-        self.task = asyncio.create_task(self._run(), name=f"subscription-group-{feed.key}")
+        self.task = asyncio.create_task(
+            self._run(),
+            name=f"subscription-group-{feed.key}",
+            context=contextvars.Context(),  # not the joining operation's (its socket)
+        )
 
     def add(self, member: _Member) -> None:
         self.members.add(member)
@@ -353,13 +361,7 @@ class _Group:
     def _executor(self, audience: Audience) -> tuple[Context, _Executor | list[GraphQLError]]:
         found = self._executors.get(audience)
         if found is None:
-            context = dataclasses.replace(
-                self.base_context,
-                viewer=audience.viewer(),
-                request=None,
-                response=None,
-                connection_params=None,
-            )
+            context = dataclasses.replace(self.base_context, viewer=audience.viewer())
             executor_class = cast(type[_Executor], self.schema.execution_context_class)
             executor = executor_class.build(
                 self.schema._schema,
