@@ -500,6 +500,8 @@ async def fanout(
         # core to itself (the machine is shared: wall-clock rates follow its load).
         "server_cpu_us_per_delivery": 1e6 * server_cpu / len(latencies) if latencies else math.nan,
         "deliveries_per_api_cpu_second": len(latencies) / server_cpu if server_cpu else math.nan,
+        # The client processes' share: they parse every message on the same two cores.
+        "client_cpu_us_per_delivery": 1e6 * client_cpu / len(latencies) if latencies else math.nan,
         "baseline_received": len(base),
         "baseline_p50_ms": percentile(base, 50) * 1000,
         "baseline_p99_ms": percentile(base, 99) * 1000,
@@ -558,7 +560,8 @@ def _note(m: dict[str, Any]) -> str:
         f"{m['collect_deadline_seconds']:g} s after the last commit, of "
         f"{m['subscribers'] * m['changes']}; {m['out_of_order_subscribers']} subscribers out of "
         f"order; p50 {m['p50_ms']:.0f} ms; {m['deliveries_per_second']:,.0f} deliveries/s; "
-        f"api CPU {m['server_cpu_us_per_delivery']:.0f} µs per delivery; "
+        f"api CPU {m['server_cpu_us_per_delivery']:.0f} µs per delivery, clients "
+        f"{m['client_cpu_us_per_delivery']:.0f} µs per message; "
         f"CPU: {m['api_processes']} api {m['server_cpu_percent']:.0f} %, "
         f"{m['client_processes']} clients {m['client_cpu_percent']:.0f} % (of one core); "
         f"opened in {m['open_seconds']:.1f} s"
