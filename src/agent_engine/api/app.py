@@ -392,13 +392,15 @@ def create_app(
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
-            Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static"),
+            # GraphiQL's bundle is a few MB; compressed it is a few hundred KB. Only the assets:
+            # compressing every GraphQL answer (level 9) cost the agents page ~6 % of its CPU.
+            Mount(
+                STATIC_PATH,
+                GZipMiddleware(StaticFiles(directory=STATIC_DIR), minimum_size=1024),
+                name="static",
+            ),
         ],
-        middleware=[
-            Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes),
-            # GraphiQL's bundle is a few MB; compressed it is a few hundred KB.
-            Middleware(GZipMiddleware, minimum_size=1024),
-        ],
+        middleware=[Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)],
         lifespan=lifespan,
     )
 
