@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 from datetime import UTC, datetime
 from typing import Any
@@ -128,7 +129,8 @@ async def _raw(send: Send, body: bytes) -> None:
 
 def main() -> None:
     settings = load_settings()
-    engine = create_engine(settings, pre_ping=True)  # as the api process (api/app.py)
+    # As the api process (api/app.py).
+    engine = create_engine(settings, pre_ping=True, keep_connections=True)
 
     def count(*_: Any) -> None:
         wrapped.statements += 1
@@ -141,7 +143,12 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(wrapped, log_level="warning", access_log=False, lifespan="on")
+    # As `agent-engine serve` (uvicorn.run): uvloop when installed; BENCH_API_LOOP=asyncio for the
+    # standard loop (the runs before issue 18 used it).
+    loop = os.environ.get("BENCH_API_LOOP", "auto")
+    config = uvicorn.Config(
+        wrapped, log_level="warning", access_log=False, lifespan="on", loop=loop
+    )
     server = uvicorn.Server(config)
 
     async def serve() -> None:
@@ -151,7 +158,8 @@ def main() -> None:
         print(f"PORT {port}", flush=True)
         await task
 
-    asyncio.run(serve())
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(serve())
 
 
 if __name__ == "__main__":

@@ -52,9 +52,38 @@ async def seed(url: str, runs: int) -> None:
         await conn.close()
 
 
-def commit_changes(url: str, run_ids: list[int]) -> list[float]:
+FIRST_OTHER_OWNER_ID = 10_001
+
+
+async def seed_owners(url: str, *, first_id: int, owners: int) -> list[int]:
+    """`owners` more owners with one agent and one queued run each (ids from `first_id`); returns
+    the run ids, one per owner."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            f"""
+            INSERT INTO users (id, email)
+            SELECT {FIRST_OTHER_OWNER_ID} + g, 'owner' || g || '@example.com'
+            FROM generate_series(0, {owners - 1}) g;
+            INSERT INTO agents (id, user_id, name, prompt, model_id) OVERRIDING SYSTEM VALUE
+            SELECT {first_id} + g, {FIRST_OTHER_OWNER_ID} + g, 'agent', 'p', 1
+            FROM generate_series(0, {owners - 1}) g;
+            INSERT INTO agent_runs (id, agent_id, trigger, state, created_at)
+            OVERRIDING SYSTEM VALUE
+            SELECT {first_id} + g, {first_id} + g, 'manual', 'queued', now()
+            FROM generate_series(0, {owners - 1}) g
+            """
+        )
+    finally:
+        await conn.close()
+    return list(range(first_id, first_id + owners))
+
+
+def commit_changes(
+    url: str, run_ids: list[int], interval: float = CHANGE_INTERVAL_SECONDS
+) -> list[float]:
     """In its own thread and loop (the committer is not slowed by the fan-out it causes); returns
-    the wall-clock time each commit returned (autocommit)."""
+    the wall-clock time each commit returned (autocommit), one every `interval` seconds."""
 
     async def go() -> list[float]:
         conn = await asyncpg.connect(url)
@@ -68,7 +97,7 @@ def commit_changes(url: str, run_ids: list[int]) -> list[float]:
                     run_id,
                 )
                 stamps.append(time.time())
-                next_at += CHANGE_INTERVAL_SECONDS
+                next_at += interval
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         finally:
             await conn.close()

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import psutil
 
 from agent_engine.api.auth import mint_token
 from bench.common import (
@@ -41,7 +42,8 @@ BIG_OWNER, SMALL_OWNER = 1, 2
 BIG_AGENTS, SMALL_AGENTS = 100, 10
 RUNS_PER_AGENT = 30
 CONCURRENCY = 32
-TARGET_RATIO = 3.0
+TARGET_RATIO = 3.0  # at 32 clients
+TARGET_RATIO_ONE_CLIENT = 1.5
 
 
 async def seed(url: str) -> None:
@@ -83,6 +85,11 @@ async def seed(url: str) -> None:
         await conn.execute("VACUUM ANALYZE")
     finally:
         await conn.close()
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 async def _sessions(url: str) -> int:
@@ -167,6 +174,18 @@ async def run(bench: Bench) -> ScenarioResult:
                 single_g.append(await _timed(client, graphql(BIG_OWNER)))
                 single_b.append(await _timed(client, baseline(BIG_OWNER)))
 
+            # The api's CPU per request, GraphQL and baseline in blocks of their own (the machine
+            # is shared: CPU time is steadier than latency).
+            cpu_per_request: dict[str, float] = {}
+            for label, request in (
+                ("graphql", graphql(BIG_OWNER)),
+                ("baseline", baseline(BIG_OWNER)),
+            ):
+                before = _cpu(server.pid)
+                for _ in range(sequential):
+                    await _timed(client, request)
+                cpu_per_request[label] = 1000 * (_cpu(server.pid) - before) / sequential
+
             # 32 clients: alternate blocks.
             many_g: list[list[float]] = []
             many_b: list[list[float]] = []
@@ -219,8 +238,8 @@ async def run(bench: Bench) -> ScenarioResult:
             "ms",
             baseline=s_b["p50_ms"],
             baseline_label="raw asyncpg + json",
-            target=f"ratio ≤ {TARGET_RATIO:g}",
-            ok=s_g["p50_ms"] <= TARGET_RATIO * s_b["p50_ms"],
+            target=f"ratio ≤ {TARGET_RATIO_ONE_CLIENT:g}",
+            ok=s_g["p50_ms"] <= TARGET_RATIO_ONE_CLIENT * s_b["p50_ms"],
             note=f"p99 {s_g['p99_ms']:.1f} ms vs {s_b['p99_ms']:.1f} ms",
         ),
         Row(
@@ -236,7 +255,20 @@ async def run(bench: Bench) -> ScenarioResult:
             f"opened per GraphQL block of {requests_per_block} requests: {new_sessions}",
         ),
     )
+    result.add(
+        Row(
+            f"api CPU per request, {page_size} agents",
+            cpu_per_request["graphql"],
+            "ms",
+            baseline=cpu_per_request["baseline"],
+            baseline_label="raw asyncpg + json",
+            target="(what the latency ratios follow)",
+            ok=True,
+            note="sequential blocks of one client, measured on the api process",
+        )
+    )
     result.details = {
+        "api_cpu_ms_per_request": cpu_per_request,
         "statements": {str(k): v for k, v in statements.items()},
         "single": {"graphql": s_g, "baseline": s_b},
         "concurrent": {

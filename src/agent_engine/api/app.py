@@ -52,7 +52,9 @@ from agent_engine.api.auth import (
 from agent_engine.api.context import Context, Enqueue
 from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
+from agent_engine.api.fanout import Broadcaster, dumps
 from agent_engine.api.guards import BodySizeLimit, document_guards
+from agent_engine.api.loaders import Loaders
 from agent_engine.api.schema import build_schema
 from agent_engine.api.sessions import SessionHandler, SessionRegistry
 from agent_engine.db.engine import create_engine
@@ -87,6 +89,7 @@ class State(TypedDict):
     hub: RunEventHub
     sessions: SessionRegistry
     alert_feed: BudgetAlertFeed
+    broadcaster: Broadcaster
 
 
 def _no_broker(run_id: int) -> None:
@@ -108,15 +111,25 @@ def _state(connection: Request | WebSocket) -> State:
 
 
 async def _authenticate(
-    state: State, authorization: str | None, *, now: datetime
+    state: State,
+    authorization: str | None,
+    *,
+    now: datetime,
+    loaders: Loaders | None = None,
 ) -> tuple[Viewer | None, ApiError | None]:
+    """The viewer of a bearer token; over HTTP on the request's loaders' connection."""
     try:
         token = bearer_token(authorization)
         if token is None:
             return None, None
         claims = verify_token(state["settings"], token)
-        async with state["engine"].begin() as conn:
-            return await provision_user(conn, claims, now=now), None
+        if loaders is not None:
+            async with loaders.connection() as conn:
+                return await provision_user(conn, claims, now=now, engine=state["engine"]), None
+        async with state["engine"].connect() as conn:
+            # A read; the upsert (its own transaction) only when the claims changed.
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return await provision_user(conn, claims, now=now, engine=state["engine"]), None
     except ApiError as exc:
         return None, exc
 
@@ -137,6 +150,9 @@ class GraphQLView(GraphQL[Context, None]):
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
         )
         self.clock = clock
+
+    def encode_json(self, data: object) -> str:
+        return dumps(data)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -161,11 +177,15 @@ class GraphQLView(GraphQL[Context, None]):
             hub=state["hub"],
             sessions=state["sessions"],
             alert_feed=state["alert_feed"],
+            broadcaster=state["broadcaster"],
             clock=self.clock,
         )
         if isinstance(request, Request):
             context.viewer, context.auth_error = await _authenticate(
-                state, request.headers.get("authorization"), now=context.now
+                state,
+                request.headers.get("authorization"),
+                now=context.now,
+                loaders=context.loaders,
             )
         return context
 
@@ -378,7 +398,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         own_engine = engine is None
-        active = create_engine(settings, pre_ping=True) if engine is None else engine
+        active = (
+            create_engine(settings, pre_ping=True, keep_connections=True)
+            if engine is None
+            else engine
+        )
         if warning := short_secret_warning(settings):
             logger.warning(warning)
         try:
@@ -393,9 +417,11 @@ def create_app(
             alert_feed = BudgetAlertFeed(queue_size=settings.subscriber_queue_size)
             alert_feed.attach(hub)
             await hub.start()
+            broadcaster = Broadcaster(queue_size=settings.subscriber_queue_size)
             # Tests and operators find the process's hub here (subscriber count, listening).
             app.state.hub = hub
             app.state.alert_feed = alert_feed
+            app.state.broadcaster = broadcaster
             try:
                 async with asyncio.timeout(HUB_LISTEN_TIMEOUT_SECONDS):
                     await hub.wait_listening()
@@ -414,9 +440,11 @@ def create_app(
                     hub=hub,
                     sessions=sessions,
                     alert_feed=alert_feed,
+                    broadcaster=broadcaster,
                 )
             finally:
                 await sessions.stop()
+                await broadcaster.stop()
                 await hub.stop()
                 alert_feed.close()
         finally:
@@ -432,13 +460,17 @@ def create_app(
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
-            Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static"),
+            # GraphiQL's bundle is a few MB; compressed it is a few hundred KB. Only the assets:
+            # compressing every GraphQL answer (level 9) cost the agents page ~6 % of its CPU.
+            Mount(
+                STATIC_PATH,
+                GZipMiddleware(StaticFiles(directory=STATIC_DIR), minimum_size=1024),
+                name="static",
+            ),
         ],
         middleware=[
             Middleware(HttpMetrics),
             Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes),
-            # GraphiQL's bundle is a few MB; compressed it is a few hundred KB.
-            Middleware(GZipMiddleware, minimum_size=1024),
         ],
         lifespan=lifespan,
     )

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import jwt
 from jwt.warnings import InsecureKeyLengthWarning
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
@@ -246,11 +246,52 @@ _UPSERT_USER = text(
 )
 
 
-async def provision_user(conn: AsyncConnection, claims: Claims, *, now: datetime) -> Viewer:
+_READ_USER = text("SELECT id, email, display_name, timezone, is_active FROM users WHERE id = :id")
+
+
+def _claims_changed(row: Any, claims: Claims) -> bool:
+    """Whether the upsert would change the row (an absent claim keeps the stored value)."""
+    return any(
+        claim is not None and claim != stored
+        for claim, stored in (
+            (claims.email, row.email),
+            (claims.name, row.display_name),
+            (claims.timezone, row.timezone),
+        )
+    )
+
+
+async def provision_user(
+    conn: AsyncConnection, claims: Claims, *, now: datetime, engine: AsyncEngine | None = None
+) -> Viewer:
     """Upsert the user from verified claims; refuse a deactivated one.
 
-    A changed zone moves the user's calendar slots in the same transaction (`agents.zones`).
+    A read first (on `conn`): the write happens on first sight and when the claims changed, not
+    on every request or WebSocket connection. The write is one transaction — on `engine` when
+    given (`conn` may be an autocommit reader), else on `conn` — in which a changed zone also
+    moves the user's calendar slots (`agents.zones`).
     """
+    row = (await conn.execute(_READ_USER, {"id": claims.user_id})).one_or_none()
+    if row is None or (row.is_active and _claims_changed(row, claims)):
+        if engine is None:
+            row = await _write_user(conn, claims, now=now)
+        else:
+            async with engine.begin() as writer:
+                row = await _write_user(writer, claims, now=now)
+    if not row.is_active:
+        raise Forbidden("this account is deactivated")
+    return Viewer(
+        user_id=int(row.id),
+        is_admin=claims.admin,
+        email=row.email,
+        display_name=row.display_name,
+        timezone=row.timezone,
+        expires_at=claims.expires_at,
+    )
+
+
+async def _write_user(conn: AsyncConnection, claims: Claims, *, now: datetime) -> Any:
+    """The upsert, and the calendar slots of a user whose zone it changed (same transaction)."""
     row = (
         await conn.execute(
             _UPSERT_USER,
@@ -261,20 +302,20 @@ async def provision_user(conn: AsyncConnection, claims: Claims, *, now: datetime
                 "timezone": claims.timezone,
             },
         )
-    ).one()
-    if not row.is_active:
-        raise Forbidden("this account is deactivated")
-    if row.existed and row.timezone is not None and row.timezone != row.previous_timezone:
+    ).one_or_none()
+    if row is None:
+        # A concurrent first sight inserted the row after this statement's snapshot was taken
+        # (ON CONFLICT waited for it): a new statement sees it.
+        return (await conn.execute(_READ_USER, {"id": claims.user_id})).one()
+    if (
+        row.is_active
+        and row.existed
+        and row.timezone is not None
+        and row.timezone != row.previous_timezone
+    ):
         before = row.previous_timezone or (await load_platform_settings(conn)).timezone
         if zone_or_utc(before) != zone_or_utc(row.timezone):
             await reslot_owner_calendar_agents(
                 conn, int(row.id), zone=zone_or_utc(row.timezone), now=now
             )
-    return Viewer(
-        user_id=int(row.id),
-        is_admin=claims.admin,
-        email=row.email,
-        display_name=row.display_name,
-        timezone=row.timezone,
-        expires_at=claims.expires_at,
-    )
+    return row

@@ -17,6 +17,7 @@ from agent_engine.settings import Settings
 if TYPE_CHECKING:
     from agent_engine.api.alert_events import BudgetAlertFeed
     from agent_engine.api.events import RunEventHub
+    from agent_engine.api.fanout import Broadcaster
     from agent_engine.api.sessions import SessionRegistry
 
 Enqueue = Callable[[int], None]
@@ -41,6 +42,8 @@ class Context:
     sessions: SessionRegistry | None = None
     # Budget alerts as they are recorded (the budgetAlerts subscription).
     alert_feed: BudgetAlertFeed | None = None
+    # The process's subscription groups (api/fanout.py): one execution per event and group.
+    broadcaster: Broadcaster | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     _loaders: Loaders | None = field(default=None, init=False, repr=False)
 

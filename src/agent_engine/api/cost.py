@@ -34,7 +34,6 @@ from graphql import (
     IntValueNode,
     OperationDefinitionNode,
     SelectionSetNode,
-    ValidationRule,
     VariableNode,
     get_named_type,
     get_nullable_type,
@@ -242,7 +241,9 @@ class QueryCostLimiter(SchemaExtension):
                 variables=context.variables or {},
             )
             if cost > self.max_cost:
-                context.validation_rules = (_refusal_rule(cost, self.max_cost),)
+                # Set as the validation's result: graphql-core's rules are skipped (and so is a
+                # cached validation of the same document with smaller pages).
+                context.pre_execution_errors = [cost_error(cost, self.max_cost, document)]
         yield
 
 
@@ -253,11 +254,3 @@ def cost_error(cost: int, max_cost: int, node: DocumentNode | None = None) -> Gr
         node,
         extensions={"code": GRAPHQL_VALIDATION_FAILED, "cost": cost, "maxCost": max_cost},
     )
-
-
-def _refusal_rule(cost: int, max_cost: int) -> type[ValidationRule]:
-    class TooCostly(ValidationRule):
-        def enter_document(self, node: DocumentNode, *_args: Any) -> None:
-            self.report_error(cost_error(cost, max_cost, node))
-
-    return TooCostly

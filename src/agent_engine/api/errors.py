@@ -119,6 +119,31 @@ def _document_error_extensions(error: GraphQLError) -> dict[str, Any]:
     return {"code": GRAPHQL_VALIDATION_FAILED}
 
 
+def client_error(error: GraphQLError) -> GraphQLError:
+    """The error as the client sees it: a code on every error, unexpected ones masked and logged
+    with a correlation id."""
+    if _is_client_error(error):
+        if not (error.extensions or {}).get("code"):
+            error.extensions = {**(error.extensions or {}), **_document_error_extensions(error)}
+        return error
+    correlation_id = uuid.uuid4().hex
+    logger.error(
+        "unexpected error %s at %s",
+        correlation_id,
+        ".".join(str(p) for p in error.path or ()),
+        exc_info=error.original_error,
+        extra={"correlation_id": correlation_id},
+    )
+    return GraphQLError(
+        f"internal error (correlation id {correlation_id})",
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        extensions={"code": INTERNAL, "correlationId": correlation_id},
+    )
+
+
 class ErrorPolicy(SchemaExtension):
     """Gives every error a code; masks unexpected ones and logs them with a correlation id."""
 
@@ -129,34 +154,12 @@ class ErrorPolicy(SchemaExtension):
         GRAPHQL_REQUESTS.labels(outcome="error" if errors else "ok").inc()
         if result is None or not errors:
             return
-        result.errors = [self._process(error) for error in errors]
+        result.errors = [client_error(error) for error in errors]
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         # Over WebSocket each subscription event (and each query) is a result of its own; the
         # operation hook above only sees the stream end.
         errors = getattr(result, "errors", None)
         if errors:
-            result.errors = [self._process(error) for error in errors]
+            result.errors = [client_error(error) for error in errors]
         yield
-
-    def _process(self, error: GraphQLError) -> GraphQLError:
-        if _is_client_error(error):
-            if not (error.extensions or {}).get("code"):
-                error.extensions = {**(error.extensions or {}), **_document_error_extensions(error)}
-            return error
-        correlation_id = uuid.uuid4().hex
-        logger.error(
-            "unexpected error %s at %s",
-            correlation_id,
-            ".".join(str(p) for p in error.path or ()),
-            exc_info=error.original_error,
-            extra={"correlation_id": correlation_id},
-        )
-        return GraphQLError(
-            f"internal error (correlation id {correlation_id})",
-            nodes=error.nodes,
-            source=error.source,
-            positions=error.positions,
-            path=error.path,
-            extensions={"code": INTERNAL, "correlationId": correlation_id},
-        )

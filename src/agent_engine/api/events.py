@@ -76,6 +76,9 @@ class Subscriber:
     queue: asyncio.Queue[RunEvent | Exception] = field(repr=False)
     _hub: RunEventHub | None = field(default=None, repr=False)
     closed: bool = False
+    # A subscription of its own (in `agent_engine_active_subscriptions`), or the shared source of
+    # a group of subscriptions (api/fanout.py), which counts its members instead.
+    counted: bool = True
 
     def wants(self, owner_id: int, agent_id: int) -> bool:
         if self.owner_id is not None and owner_id != self.owner_id:
@@ -104,6 +107,29 @@ class Subscriber:
                 if isinstance(item, Exception):
                     raise item
                 yield item
+        finally:
+            self.close()
+
+    async def batches(self) -> AsyncIterator[list[RunEvent]]:
+        """As `events`, but what is already queued comes at once (a burst is handled together)."""
+        try:
+            while not (self.closed and self.queue.empty()):
+                items = [await self.queue.get()]
+                while not self.queue.empty():
+                    items.append(self.queue.get_nowait())
+                batch: list[RunEvent] = []
+                for item in items:
+                    if isinstance(item, _StreamEnded):
+                        break
+                    if isinstance(item, Exception):
+                        if batch:
+                            yield batch
+                        raise item
+                    batch.append(item)
+                if batch:
+                    yield batch
+                if len(batch) < len(items):  # ended
+                    return
         finally:
             self.close()
 
@@ -194,14 +220,24 @@ class RunEventHub:
 
     # -- subscribers -------------------------------------------------------------------------
 
-    def subscribe(self, *, owner_id: int | None, agent_id: int | None = None) -> Subscriber:
-        subscriber = Subscriber(owner_id, agent_id, asyncio.Queue(self._queue_size), self)
+    def subscribe(
+        self,
+        *,
+        owner_id: int | None,
+        agent_id: int | None = None,
+        queue_size: int | None = None,
+        counted: bool = True,
+    ) -> Subscriber:
+        """Events of `owner_id`'s runs (None: every owner's), or of one agent's runs."""
+        queue: asyncio.Queue[RunEvent | Exception] = asyncio.Queue(queue_size or self._queue_size)
+        subscriber = Subscriber(owner_id, agent_id, queue, self, counted=counted)
         self._subscribers.add(subscriber)
         if owner_id is None:
             self._admins.add(subscriber)
         else:
             self._by_owner.setdefault(owner_id, set()).add(subscriber)
-        ACTIVE_SUBSCRIPTIONS.inc()
+        if counted:
+            ACTIVE_SUBSCRIPTIONS.inc()
         return subscriber
 
     def _remove(self, subscriber: Subscriber) -> None:
@@ -215,7 +251,8 @@ class RunEventHub:
                     owners.discard(subscriber)
                     if not owners:
                         del self._by_owner[subscriber.owner_id]
-            ACTIVE_SUBSCRIPTIONS.dec()
+            if subscriber.counted:
+                ACTIVE_SUBSCRIPTIONS.dec()
 
     def _audience(self, owner_id: int, agent_id: int) -> list[Subscriber]:
         """The subscribers that may see an event of this owner's agent (a copy: offering may
@@ -225,7 +262,10 @@ class RunEventHub:
 
     @property
     def subscriber_count(self) -> int:
-        return len(self._subscribers) + sum(len(w) for w in self._step_watches.values())
+        """Subscriptions fed by this hub directly (the groups' shared sources not included)."""
+        return sum(1 for s in self._subscribers if s.counted) + sum(
+            len(w) for w in self._step_watches.values()
+        )
 
     def watch_steps(self, run_id: int) -> StepWatch:
         watch = StepWatch(run_id, _hub=self)

@@ -1,7 +1,8 @@
 """Limits that keep one client from hurting the others.
 
 Documents: depth, alias, token, field and cost limits (settings; the cost estimate is
-`api/cost.py`), introspection for authenticated viewers only.
+`api/cost.py`), introspection for authenticated viewers only; each distinct document is parsed
+and validated once per process.
 Transport: one operation per request (no batching), a request body size limit.
 Input: page sizes and string/JSON sizes, refused as BAD_USER_INPUT naming the field.
 """
@@ -9,18 +10,22 @@ Input: page sizes and string/JSON sizes, refused as BAD_USER_INPUT naming the fi
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from graphql import DocumentNode, FieldNode, GraphQLError, ValidationRule, Visitor, visit
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strawberry.extensions import (
-    MaxAliasesLimiter,
-    MaxTokensLimiter,
-    QueryDepthLimiter,
-    SchemaExtension,
+from graphql import (
+    ASTValidationRule,
+    DocumentNode,
+    FieldNode,
+    GraphQLError,
+    ValidationRule,
+    Visitor,
+    visit,
 )
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
 
 from agent_engine.api.cost import CostModel, QueryCostLimiter
 from agent_engine.api.errors import UNAUTHENTICATED, BadUserInput
@@ -42,15 +47,27 @@ MAX_CONCURRENT_RUNS = 10_000
 INTROSPECTION_FIELDS = frozenset({"__schema", "__type"})
 
 
+# Distinct documents whose parse and validation are kept (per api process, least recently used
+# dropped first). Dashboards and frontends send a handful of documents over and over.
+DOCUMENT_CACHE_ENTRIES = 1_000
+
+
 def document_guards(settings: Settings) -> list[Callable[[], SchemaExtension]]:
     """Extension factories (fresh instances per operation) for the configured limits."""
+    rules = _GuardRules(
+        max_tokens=settings.max_query_tokens,
+        max_fields=settings.max_query_fields,
+        # Strawberry's limiters build their rule classes in __init__: built once here instead of
+        # once per request.
+        rules=(
+            *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+            *MaxAliasesLimiter(max_alias_count=settings.max_aliases).validation_rules,
+        ),
+    )
     return [
-        partial(MaxTokensLimiter, max_token_count=settings.max_query_tokens),
-        partial(QueryDepthLimiter, max_depth=settings.max_query_depth),
-        partial(MaxAliasesLimiter, max_alias_count=settings.max_aliases),
-        partial(MaxFieldsLimiter, max_fields=settings.max_query_fields),
+        partial(DocumentGuards, rules=rules),
+        # After the guards: a cached validation does not skip the cost of this request's pages.
         partial(QueryCostLimiter, max_cost=settings.max_query_cost, model=cost_model(settings)),
-        IntrospectionForViewers,
     ]
 
 
@@ -63,27 +80,77 @@ def cost_model(settings: Settings) -> CostModel:
     )
 
 
-class MaxFieldsLimiter(SchemaExtension):
-    """Refuse documents with more than `max_fields` field selections, before validation.
+class _GuardRules:
+    """The limits, and the documents that passed them (parsed, validated), shared by requests."""
 
-    Thousands of (duplicate) fields fit under the token limit but make graphql-core's
-    overlapping-fields rule quadratic and recursive; counting first keeps validation cheap and
-    the error clear. Over the limit, the only validation rule left is the one that says so.
+    def __init__(
+        self, *, max_tokens: int, max_fields: int, rules: tuple[type[ASTValidationRule], ...]
+    ) -> None:
+        self.max_tokens = max_tokens
+        self.max_fields = max_fields
+        self.rules = rules
+        self.parsed: OrderedDict[str, DocumentNode] = OrderedDict()
+        # (document text, anonymous caller): validation differs only in the introspection rule.
+        self.valid: OrderedDict[tuple[str, bool], None] = OrderedDict()
+
+    def remember(self, cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        cache[key] = value
+        if len(cache) > DOCUMENT_CACHE_ENTRIES:
+            cache.popitem(last=False)
+
+
+class DocumentGuards(SchemaExtension):
+    """Token, depth, alias and field limits and introspection for authenticated viewers only;
+    each distinct document is parsed and validated once (then served from a bounded cache).
+
+    Over the field limit, the only validation rule left is the one that says so: thousands of
+    (duplicate) fields fit under the token limit but make graphql-core's overlapping-fields rule
+    quadratic and recursive; counting first keeps validation cheap and the error clear.
     """
 
-    def __init__(self, *, max_fields: int) -> None:
-        self.max_fields = max_fields
+    def __init__(self, *, rules: _GuardRules) -> None:
+        self.rules = rules
+
+    def on_parse(self) -> Iterator[None]:
+        context = self.execution_context
+        query = context.query
+        cached = self.rules.parsed.get(query) if query else None
+        if cached is not None:
+            self.rules.parsed.move_to_end(query)  # type: ignore[arg-type]
+            context.graphql_document = cached
+        else:
+            context.parse_options["max_tokens"] = self.rules.max_tokens
+        yield
+        if cached is None and query and context.graphql_document is not None:
+            self.rules.remember(self.rules.parsed, query, context.graphql_document)
 
     def on_validate(self) -> Iterator[None]:
-        document = self.execution_context.graphql_document
+        context = self.execution_context
+        anonymous = getattr(context.context, "viewer", None) is None
+        key = (context.query or "", anonymous)
+        if context.query and key in self.rules.valid:
+            self.rules.valid.move_to_end(key)
+            if context.pre_execution_errors is None:
+                context.pre_execution_errors = []  # validated before: graphql-core skips it
+            yield
+            return
+        document = context.graphql_document
+        counter = _FieldCounter()
         if document is not None:
-            counter = _FieldCounter()
             visit(document, counter)
-            if counter.count > self.max_fields:
-                self.execution_context.validation_rules = (
-                    _too_many_fields_rule(counter.count, self.max_fields),
-                )
+        if counter.count > self.rules.max_fields:
+            context.validation_rules = (
+                _too_many_fields_rule(counter.count, self.rules.max_fields),
+            )
+        else:
+            context.validation_rules = (
+                *context.validation_rules,
+                *self.rules.rules,
+                *((_NoIntrospection,) if anonymous else ()),
+            )
         yield
+        if context.query and context.pre_execution_errors == []:
+            self.rules.remember(self.rules.valid, key, None)
 
 
 class _FieldCounter(Visitor):
@@ -110,6 +177,8 @@ def _too_many_fields_rule(count: int, limit: int) -> type[ValidationRule]:
 
 
 class _NoIntrospection(ValidationRule):
+    """Anonymous callers may not introspect the schema (`__typename` stays allowed)."""
+
     def enter_field(self, node: FieldNode, *_args: Any) -> None:
         if node.name.value in INTROSPECTION_FIELDS:
             self.report_error(
@@ -119,19 +188,6 @@ class _NoIntrospection(ValidationRule):
                     extensions={"code": UNAUTHENTICATED},
                 )
             )
-
-
-class IntrospectionForViewers(SchemaExtension):
-    """Anonymous callers may not introspect the schema (`__typename` stays allowed)."""
-
-    def on_validate(self) -> Iterator[None]:
-        context = self.execution_context.context
-        if getattr(context, "viewer", None) is None:
-            self.execution_context.validation_rules = (
-                *self.execution_context.validation_rules,
-                _NoIntrospection,
-            )
-        yield
 
 
 # --- input sizes --------------------------------------------------------------------------------

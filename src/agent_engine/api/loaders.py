@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -98,6 +99,16 @@ _MODELS_BY_ID = _by_id("agent_models")
 _RUNS_BY_ID = _by_id("agent_runs")
 
 
+@dataclass(frozen=True)
+class PageRelations:
+    """The related rows of a page of agents, by agent id (models by model id)."""
+
+    models: dict[int, Row]
+    tools: dict[int, list[Row]]
+    active_runs: dict[int, Row]
+    last_runs: dict[int, Row]
+
+
 class Loaders:
     def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
         self._engine = engine
@@ -149,6 +160,22 @@ class Loaders:
             self._platform = asyncio.ensure_future(self._load_platform())
         return await asyncio.shield(self._platform)
 
+    async def page_relations(
+        self, agent_ids: Sequence[int], model_ids: Sequence[int]
+    ) -> PageRelations:
+        """Everything a page of agents shows about each, one statement per kind of row.
+
+        The same statements as the per-agent loaders, called directly: a page asks for all of
+        its keys at once, so a future per key and agent (DataLoader) would only cost CPU.
+        """
+        models = {int(r["id"]): r for r in await self._fetch(_MODELS_BY_ID, model_ids)}
+        tools: dict[int, list[Row]] = {i: [] for i in agent_ids}
+        for row in await self._fetch(_TOOLS_OF_AGENTS, agent_ids):
+            tools[int(row.pop("agent_id"))].append(row)
+        active = {int(r["agent_id"]): r for r in await self._fetch(_ACTIVE_RUNS, agent_ids)}
+        last = {int(r["agent_id"]): r for r in await self._fetch(_LAST_FINISHED_RUNS, agent_ids)}
+        return PageRelations(models, tools, active, last)
+
     def prime_agent(self, row: Row) -> None:
         self.agent.prime(int(row["id"]), row, force=True)
 
@@ -174,7 +201,9 @@ class Loaders:
             await self._close()
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """The request's shared autocommit connection, by turns (also for the viewer's lookup,
+        so a request checks out one pooled connection, not two)."""
         self._users += 1
         if self._release_timer is not None:
             self._release_timer.cancel()
@@ -208,7 +237,7 @@ class Loaders:
                 await conn.close()
 
     async def _load_platform(self) -> PlatformSettings:
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             return await load_platform_settings(conn)
 
     def _rows_by_key(self, statement: TextClause, key: str) -> DataLoader[int, Row | None]:
@@ -260,7 +289,7 @@ class Loaders:
                 params["states"] = list(states)
             for agent_id in agent_ids:
                 pages[(agent_id, limit, after, states)] = []
-            async with self._connection() as conn:
+            async with self.connection() as conn:
                 result = await conn.execute(text(_RUN_PAGES.format(filters=filters)), params)
                 for row in result.mappings():
                     pages[(int(row["agent_id"]), limit, after, states)].append(dict(row))
@@ -268,30 +297,30 @@ class Loaders:
 
     async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
         platform = await self.platform()
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             budgets = await owners_budgets(conn, list(owner_ids), now=self._now, platform=platform)
         return [budgets[i] for i in owner_ids]
 
     async def _load_budget_costs(self, owner_ids: Sequence[int]) -> list[Decimal | None]:
         platform = await self.platform()
         window = week_window(self._now, platform.zone)
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             costs = await spent_costs(conn, list(owner_ids), window=window)
         return [costs[i] for i in owner_ids]
 
     async def _load_expected_tokens(self, agent_ids: Sequence[int]) -> list[int | None]:
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             recent = await recent_tokens(conn, list(agent_ids))
         return [expected_tokens_per_run(recent.get(i, [])) for i in agent_ids]
 
     async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlert]]:
         platform = await self.platform()
         window = week_window(self._now, platform.zone)
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             alerts = await alerts_of_owners(conn, list(owner_ids), window_start=window.start)
         return [alerts.get(i, []) for i in owner_ids]
 
     async def _fetch(self, statement: TextClause, ids: Sequence[int]) -> list[Row]:
-        async with self._connection() as conn:
+        async with self.connection() as conn:
             result = await conn.execute(statement, {"ids": list(ids)})
             return [dict(row) for row in result.mappings()]

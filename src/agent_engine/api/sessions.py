@@ -28,9 +28,6 @@ from typing import Protocol, cast
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
-    BaseGraphQLTransportWSHandler,
-)
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
     SubscribeMessage,
@@ -39,6 +36,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from agent_engine.api.auth import Viewer
 from agent_engine.api.context import Context
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
+from agent_engine.api.fanout import GroupedTransportWSHandler
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +120,9 @@ class SessionRegistry:
                 log.warning("session sweep failed: %s", exc)
 
 
-class SessionHandler(BaseGraphQLTransportWSHandler[Context, None]):
-    """graphql-transport-ws with the session rules above."""
+class SessionHandler(GroupedTransportWSHandler):
+    """graphql-transport-ws with the session rules above, its subscriptions delivered by groups
+    (api/fanout.py)."""
 
     _expiry: asyncio.Task[None] | None = None
     _registered: int | None = None

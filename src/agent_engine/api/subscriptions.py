@@ -4,14 +4,15 @@ Each event is resolved from the row the hub loaded for *its* transition (never a
 a subscriber sees every state once, in order, each with its previous state. The stream is live:
 a client that reconnects re-queries the journal for what it missed (DESIGN §7).
 
-The resolvers are coroutines returning the stream rather than async generators, so authorization
-(UNAUTHENTICATED, NOT_FOUND for someone else's agent) runs when the operation starts and the
-client gets a protocol `error` message instead of a stream that ends with an error.
+The resolvers check the viewer and the arguments when the operation starts (UNAUTHENTICATED,
+NOT_FOUND for someone else's agent: the client gets a protocol `error` message instead of a
+stream that ends with an error), then return a shared stream (api/fanout.py): subscribers with
+the same document, variables and audience are executed once per event, together.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import strawberry
@@ -19,8 +20,10 @@ from sqlalchemy import text
 
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
-from agent_engine.api.errors import ApiError, NotFound
-from agent_engine.api.events import RunEventHub, SubscriberTooSlow
+from agent_engine.api.errors import NotFound
+from agent_engine.api.events import RunEvent as HubEvent
+from agent_engine.api.events import RunEventHub, Subscriber, SubscriberTooSlow
+from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
 from agent_engine.api.queries import visible_agent
 from agent_engine.api.types import (
     Budget,
@@ -37,14 +40,6 @@ from agent_engine.runs.budget import owner_budget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-SUBSCRIBER_TOO_SLOW = "SUBSCRIBER_TOO_SLOW"
-
-
-class SubscriberLagged(ApiError):
-    """The client did not keep up; it re-subscribes and re-queries the journal."""
-
-    code = SUBSCRIBER_TOO_SLOW
-
 
 def described_subscription(description: str) -> Callable[[F], F]:
     """`@described_subscription(description=…)` with its type kept."""
@@ -58,38 +53,38 @@ def _hub(context: Context) -> RunEventHub:
     return context.hub
 
 
-async def _run_events(
-    context: Context, owner_id: int | None, agent_id: int | None
-) -> AsyncGenerator[RunEvent, None]:
-    # Subscribed when the stream starts: a stream dropped before its first step leaks nothing.
-    subscriber = _hub(context).subscribe(owner_id=owner_id, agent_id=agent_id)
-    try:
-        async for event in subscriber.events():
-            context.refresh()
-            yield RunEvent(
-                run=Run.from_row(event.run, owner_id=event.owner_id),
-                previous_state=RunState(event.previous_state) if event.previous_state else None,
-            )
-    except SubscriberTooSlow as exc:
-        raise SubscriberLagged(str(exc)) from exc
-    finally:
-        subscriber.close()
+def run_events_feed(hub: RunEventHub, owner_id: int | None, agent_id: int | None) -> Feed:
+    """`owner_id`'s run events (None: every owner's), or one agent's."""
+
+    def open_source(queue_size: int | None, counted: bool) -> Subscriber:
+        return hub.subscribe(
+            owner_id=owner_id, agent_id=agent_id, queue_size=queue_size, counted=counted
+        )
+
+    return Feed(("runEvents", owner_id, agent_id), open_source, _run_event)
 
 
-async def _budgets(context: Context, owner_id: int) -> AsyncGenerator[Budget, None]:
-    subscriber = _hub(context).subscribe(owner_id=owner_id)
-    try:
-        async for event in subscriber.events():
-            if event.state not in TERMINAL_STATES:
-                continue
-            context.refresh()
-            async with context.engine.connect() as conn:
-                value = await owner_budget(conn, owner_id, now=context.now)
-            yield Budget.from_value(value, owner_id=owner_id)
-    except SubscriberTooSlow as exc:
-        raise SubscriberLagged(str(exc)) from exc
-    finally:
-        subscriber.close()
+def _run_event(event: HubEvent, context: Context) -> RunEvent:
+    return RunEvent(
+        run=Run.from_row(event.run, owner_id=event.owner_id),
+        previous_state=RunState(event.previous_state) if event.previous_state else None,
+    )
+
+
+def budget_feed(hub: RunEventHub, owner_id: int) -> Feed:
+    """The owner's budget after each of their runs finishes."""
+
+    def open_source(queue_size: int | None, counted: bool) -> Subscriber:
+        return hub.subscribe(owner_id=owner_id, queue_size=queue_size, counted=counted)
+
+    async def budget(event: HubEvent, context: Context) -> Any:
+        if event.state not in TERMINAL_STATES:
+            return SKIP
+        async with context.engine.connect() as conn:
+            value = await owner_budget(conn, owner_id, now=context.now)
+        return Budget.from_value(value, owner_id=owner_id)
+
+    return Feed(("budget", owner_id), open_source, budget)
 
 
 def _alert_feed(context: Context) -> BudgetAlertFeed:
@@ -170,23 +165,21 @@ class Subscription:
     )
     async def run_events(
         self, info: Info, agent_id: strawberry.ID | None = strawberry.UNSET
-    ) -> AsyncGenerator[RunEvent, None]:
+    ) -> AsyncIterator[RunEvent]:
         viewer = info.context.require_viewer()
         agent: int | None = None
         if isinstance(agent_id, str):  # absent (UNSET) or null: every agent the viewer sees
             agent = int((await visible_agent(info, parse_id(agent_id, "agentId")))["id"])
         # Owners see their own agents' runs; admins everyone's (also for a given agent).
         owner = None if viewer.is_admin else viewer.user_id
-        _hub(info.context)
-        return _run_events(info.context, owner, agent)
+        return shared_stream(info, run_events_feed(_hub(info.context), owner, agent))
 
     @described_subscription(
         description="The viewer's budget, emitted whenever one of the viewer's runs finishes."
     )
-    async def budget(self, info: Info) -> AsyncGenerator[Budget, None]:
+    async def budget(self, info: Info) -> AsyncIterator[Budget]:
         viewer = info.context.require_viewer()
-        _hub(info.context)
-        return _budgets(info.context, viewer.user_id)
+        return shared_stream(info, budget_feed(_hub(info.context), viewer.user_id))
 
     @described_subscription(
         description=(
@@ -216,4 +209,10 @@ class Subscription:
         return _run_steps(info.context, ident, owner_view=owner_view)
 
 
-__all__ = ["Subscription"]
+__all__ = [
+    "SUBSCRIBER_TOO_SLOW",
+    "SubscriberLagged",
+    "Subscription",
+    "budget_feed",
+    "run_events_feed",
+]

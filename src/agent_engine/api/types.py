@@ -1068,26 +1068,18 @@ class Viewer:
         # no awaiting (see `awaited_later`).
         ids = [int(r["id"]) for r in rows]
         model_ids = sorted({int(r["model_id"]) for r in rows if r["model_id"] is not None})
-        models, tools, active, last = await asyncio.gather(
-            loaders.model.load_many(model_ids),
-            loaders.tools_of_agent.load_many(ids),
-            loaders.active_run.load_many(ids),
-            loaders.last_run.load_many(ids),
-        )
-        model_by_id = dict(zip(model_ids, models, strict=True))
+        found = await loaders.page_relations(ids, model_ids)
         return [
             Agent.from_row(
                 row,
                 AgentRelations(
-                    model=model_by_id.get(row["model_id"]) if row["model_id"] is not None else None,
-                    tools=agent_tools,
-                    active_run=active_run,
-                    last_run=last_run,
+                    model=found.models.get(row["model_id"]),
+                    tools=found.tools[agent_id],
+                    active_run=found.active_runs.get(agent_id),
+                    last_run=found.last_runs.get(agent_id),
                 ),
             )
-            for row, agent_tools, active_run, last_run in zip(
-                rows, tools, active, last, strict=True
-            )
+            for row, agent_id in zip(rows, ids, strict=True)
         ]
 
     @strawberry.field

@@ -72,6 +72,23 @@ async def test_introspection_only_for_authenticated_viewers(api: Api) -> None:
     assert (await api.data("{ __typename }"))["__typename"] == "Query"
 
 
+async def test_a_document_validated_once_is_still_guarded_for_every_caller(api: Api) -> None:
+    # Parse and validation are cached per document: an authenticated caller's introspection
+    # must not open it to anonymous ones, and a refused document stays refused.
+    query = "{ __schema { queryType { name } } }"
+    for _ in range(2):
+        data = await api.data(query, None, api.token(USER))
+        assert data["__schema"]["queryType"]["name"] == "Query"
+        body = await api.gql(query)
+        assert codes(body) == ["UNAUTHENTICATED"]
+    aliases = "{ " + " ".join(f"a{i}: viewer {{ isAdmin }}" for i in range(31)) + " }"
+    for _ in range(2):
+        assert codes(await api.gql(aliases, None, api.token(USER))) == ["GRAPHQL_VALIDATION_FAILED"]
+    for _ in range(2):
+        body = await api.gql("{ viewer { isAdmin nope } }", None, api.token(USER))
+        assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
+
+
 @pytest.mark.parametrize(
     "make_token, fragment",
     [

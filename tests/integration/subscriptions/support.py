@@ -20,6 +20,7 @@ from websockets.typing import Subprotocol
 from agent_engine.api.app import create_app
 from agent_engine.api.auth import mint_token
 from agent_engine.api.events import RunEventHub
+from agent_engine.api.fanout import Broadcaster
 from agent_engine.settings import Settings
 
 SERVER_START_TIMEOUT_SECONDS = 20.0
@@ -59,13 +60,23 @@ class Server:
         hub: RunEventHub = self.app.state.hub
         return hub
 
+    @property
+    def broadcaster(self) -> Broadcaster:
+        broadcaster: Broadcaster = self.app.state.broadcaster
+        return broadcaster
+
+    @property
+    def subscriber_count(self) -> int:
+        """Open subscriptions: in groups, or fed by the hub directly."""
+        return self.broadcaster.member_count + self.hub.subscriber_count
+
     async def wait_subscribers(self, count: int, within: float = 10.0) -> None:
         """The server registered exactly `count` subscribers (the protocol has no "subscribed")."""
         deadline = time.monotonic() + within
-        while self.hub.subscriber_count != count:
+        while self.subscriber_count != count:
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"expected {count} subscribers, the hub has {self.hub.subscriber_count}"
+                    f"expected {count} subscribers, the server has {self.subscriber_count}"
                 )
             await asyncio.sleep(0.02)
 

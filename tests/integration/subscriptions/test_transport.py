@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
 import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from websockets.exceptions import ConnectionClosed
 
+from agent_engine.api.auth import mint_token
 from agent_engine.settings import Settings
 from tests.integration.subscriptions.support import (
     BUDGET,
@@ -46,7 +50,7 @@ async def test_a_connection_without_a_valid_token_is_closed(
             await client.init(payload)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4403
-    assert server.hub.subscriber_count == 0
+    assert server.subscriber_count == 0
 
 
 async def test_a_subscribe_before_connection_init_is_closed_unauthorized(server: Server) -> None:
@@ -56,7 +60,7 @@ async def test_a_subscribe_before_connection_init_is_closed_unauthorized(server:
             await client.receive()
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4401
-    assert server.hub.subscriber_count == 0
+    assert server.subscriber_count == 0
 
 
 async def test_a_deactivated_owner_is_refused(
@@ -84,7 +88,7 @@ async def test_a_subscription_flood_is_capped_per_connection(
             refused = await client.message_for("extra")
             assert refused["type"] == "error", refused
             assert "limit" in refused["payload"][0]["message"].lower()
-            assert server.hub.subscriber_count == CAP
+            assert server.subscriber_count == CAP
             # Completing one makes room for another.
             await client.complete("0")
             await server.wait_subscribers(CAP - 1)
@@ -105,7 +109,7 @@ async def test_subscriptions_over_plain_http_are_refused(
         )
     assert response.status_code == 400, response.text
     assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
-    assert server.hub.subscriber_count == 0
+    assert server.subscriber_count == 0
 
 
 async def test_a_subscriber_that_falls_behind_is_told_and_ended(
@@ -134,3 +138,51 @@ async def test_a_subscriber_that_falls_behind_is_told_and_ended(
             assert message["payload"]["errors"][0]["extensions"]["code"] == "SUBSCRIBER_TOO_SLOW"
             assert (await client.message_for("1"))["type"] == "complete"
             await server.wait_subscribers(0)
+
+
+async def _next_xid(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        value = await conn.scalar(text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
+    return int(str(value))
+
+
+async def test_connections_write_the_user_only_when_the_claims_change(
+    server: Server, settings: Settings, factories: Factories, engine: AsyncEngine
+) -> None:
+    user = await factories.user()
+    bearer = token(settings, user["id"])
+    before = await _next_xid(engine)
+    for _ in range(3):
+        async with acknowledged_client(server, bearer) as client:
+            await client.subscribe("1", BUDGET)
+            await server.wait_subscribers(1)
+        await server.wait_subscribers(0)
+    # Reads only: no transaction id was taken (a write, even a row lock, takes one).
+    assert await _next_xid(engine) == before
+
+    renamed = mint_token(
+        settings.jwt_secret or "", user_id=user["id"], name="Renamed", ttl=timedelta(hours=1)
+    )
+    async with acknowledged_client(server, renamed):
+        pass
+    async with engine.connect() as conn:
+        name = await conn.scalar(
+            text("SELECT display_name FROM users WHERE id = :id"), {"id": user["id"]}
+        )
+    assert name == "Renamed"
+
+
+async def test_many_first_connections_of_a_new_user_are_all_accepted(
+    server: Server, settings: Settings, engine: AsyncEngine
+) -> None:
+    # Concurrent first sights race on the users row; the database settles it, nobody is refused.
+    bearer = token(settings, 424_242)
+
+    async def connect() -> str:
+        async with ws_client(server) as client:
+            return str((await client.init({"Authorization": f"Bearer {bearer}"}))["type"])
+
+    assert await asyncio.gather(*(connect() for _ in range(20))) == ["connection_ack"] * 20
+    async with engine.connect() as conn:
+        count = await conn.scalar(text("SELECT count(*) FROM users WHERE id = 424242"))
+    assert count == 1
