@@ -10,6 +10,7 @@ which the agent last fired under the old zone, so a zone change never makes it f
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -18,7 +19,9 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.domain.schedule import parse_schedule, slot_after_zone_change
+from agent_engine.domain.schedule import ScheduleError, parse_schedule, slot_after_zone_change
+
+log = logging.getLogger(__name__)
 
 # next_run_at IS NOT NULL: the startable, scheduled, live agents (the gate trigger clears it for
 # every other one). Locked so the scheduler's claim (SKIP LOCKED) leaves them to us meanwhile.
@@ -69,7 +72,12 @@ async def _reslot(
     }
     updates = []
     for row in rows:
-        schedule = parse_schedule(row.schedule)
+        try:
+            schedule = parse_schedule(row.schedule)
+        except ScheduleError:
+            # Stored schedules are checked on write; an unreadable one must not fail sign-in.
+            log.exception("agent %s has an invalid schedule; its slot is left as it is", row.id)
+            continue
         if schedule is None:
             continue
         slot = slot_after_zone_change(

@@ -149,11 +149,10 @@ _LIVE_AGENT = text("SELECT * FROM agents WHERE id = :id AND deleted_at IS NULL")
 
 
 async def _fresh_agent(info: Info, conn: AsyncConnection, agent_id: int) -> Agent:
-    row = dict(
-        (await conn.execute(text("SELECT * FROM agents WHERE id = :id"), {"id": agent_id}))
-        .mappings()
-        .one()
-    )
+    found = (await conn.execute(_LIVE_AGENT, {"id": agent_id})).mappings().one_or_none()
+    if found is None:  # deleted by a concurrent request meanwhile
+        raise Missing("agent", agent_id)
+    row = dict(found)
     info.context.loaders.forget_agent(agent_id)
     info.context.loaders.prime_agent(row)
     return Agent.from_row(row)
