@@ -204,3 +204,43 @@ async def test_cancel_permissions_and_a_finished_run_is_a_conflict(
     assert by_admin["cancelRun"]["error"] == f"cancelled by an admin (user {admin})"
     body = await gql.body(CANCEL, {"id": str(queued["id"])}, as_user=owner)
     assert error_code(body) == "CONFLICT"
+
+
+async def test_a_run_waiting_for_a_model_slot_is_cancelled_and_never_reaches_the_model(
+    server: Server,
+    http: httpx.AsyncClient,
+    settings: Settings,
+    engine: AsyncEngine,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    gql = Gql(server, http, settings)
+    first = await fake_agent()
+    owner = int(first["user_id"])
+    second = await fake_agent(user_id=owner, model_id=first["model_id"])
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql(
+            f"UPDATE agent_models SET max_concurrent_runs = 1 WHERE id = {int(first['model_id'])}"
+        )
+    fake_openai.enqueue(text_reply("Slow answer.", delay_seconds=SLOW_MODEL_SECONDS))
+    holder = (await gql.data(START, {"id": str(first["id"])}, as_user=owner))["startRun"]["id"]
+    await _running(gql, holder, owner)
+    waiting = (await gql.data(START, {"id": str(second["id"])}, as_user=owner))["startRun"]["id"]
+    await asyncio.sleep(1.0)  # its message was taken and dropped: the model's one slot is held
+    assert (await gql.run(waiting, as_user=owner))["state"] == "QUEUED"
+
+    cancelled = (await gql.data(CANCEL, {"id": waiting}, as_user=owner))["cancelRun"]
+    assert (cancelled["state"], cancelled["reason"]) == ("FAILED", "CANCELLED")
+
+    # The slot frees when the holder finishes; the hand-on finds nothing left to start.
+    assert (await gql.finished_run(holder, as_user=owner))["state"] == "SUCCEEDED"
+    await asyncio.sleep(1.0)
+    assert fake_openai.request_count == 1
+    run = await gql.run(waiting, as_user=owner)
+    assert (run["state"], run["reason"], run["steps"], run["tokensUsed"]) == (
+        "FAILED",
+        "CANCELLED",
+        [],
+        0,
+    )
