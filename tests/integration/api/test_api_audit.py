@@ -190,14 +190,27 @@ async def test_refused_and_rolled_back_actions_leave_no_entry(
         "BAD_USER_INPUT"
     ]
     # Written, then rolled back: a new organisation zone re-slots the calendar agents of owners
-    # without a zone of their own in the same transaction; one with a schedule the code cannot
-    # read fails it after the settings and their audit entry were written.
+    # without a zone of their own in the same transaction; a database that refuses that write
+    # (here a trigger) fails it after the settings and their audit entry were written.
     zoneless = await factories.user(timezone=None)
     await factories.agent(
         user_id=zoneless["id"],
-        schedule={"type": "calendar", "cadence": "daily", "time": "25:99"},
+        schedule={"type": "calendar", "cadence": "daily", "time": "09:00"},
         next_run_at=FIXED_NOW + timedelta(hours=1),
     )
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "CREATE FUNCTION refuse_reslot() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$"
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER refuse_reslot BEFORE UPDATE OF next_run_at ON agents"
+                " FOR EACH ROW EXECUTE FUNCTION refuse_reslot()"
+            )
+        )
     failed = await api.gql(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, admin)
     assert codes(failed) == ["INTERNAL"]
     current = await api.data("{ platformSettings { timezone } }", None, admin)
@@ -205,12 +218,9 @@ async def test_refused_and_rolled_back_actions_leave_no_entry(
     assert await audit_log(api, admin) == []
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM audit_log"))).scalar_one() == 0
-    # The same change once the schedule is readable: applied, and recorded.
+    # The same change once the database accepts it: applied, and recorded.
     async with engine.begin() as conn:
-        await conn.execute(
-            text("UPDATE agents SET schedule = CAST(:s AS jsonb) WHERE user_id = :u"),
-            {"s": '{"type": "calendar", "cadence": "daily", "time": "09:00"}', "u": zoneless["id"]},
-        )
+        await conn.execute(text("DROP TRIGGER refuse_reslot ON agents"))
     await api.data(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, admin)
     [entry] = await audit_log(api, admin)
     assert entry["details"] == {"timezone": {"old": "UTC", "new": "Europe/Berlin"}}
