@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import dramatiq
+import pytest
 import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -126,6 +127,8 @@ async def test_a_busy_queue_gets_a_re_send_per_back_off_window_not_one_per_tick(
     engine: AsyncEngine, factories: Factories, broker: dramatiq.Broker, settings: Settings
 ) -> None:
     """No worker consumes: every message stays queued, as on a queue too busy to keep up."""
+    if (settings.broker_url or "").startswith("amqp"):
+        pytest.skip("counts the messages in Valkey's queue; the RabbitMQ pass has none there")
     NOW = datetime.now(UTC)
     agent = await factories.agent()
     run = await request_run(
