@@ -17,8 +17,8 @@ MAX_DECIMAL_TEXT_CHARS = 64
 
 DEFAULT_CURRENCY = "USD"
 
-# ISO 4217 active codes (with the funds and precious-metal codes; without XTS "testing" and XXX
-# "no currency").
+# ISO 4217 active codes, with the funds and precious-metal codes, and without the two codes the
+# standard reserves for test use and for "no currency" (neither can price a model).
 _ISO_4217_TEXT = """
     AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD BTN
     BWP BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK DOP DZD EGP
