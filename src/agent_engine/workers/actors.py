@@ -400,10 +400,19 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
     # `after` in the list: Dramatiq emits after_* hooks in reverse order, so ours runs first.
     broker.add_middleware(_ContextMiddleware(_context), after=SharedAsyncIO)
     execute_limit_ms = int((settings.run_timeout_seconds + ACTOR_TIME_LIMIT_MARGIN_SECONDS) * 1000)
-    schedule_max_age_s = max(settings.schedule_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
-    reap_max_age_s = max(settings.reap_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
-    retention_max_age_s = max(settings.retention_tick_seconds * 2, TICK_MIN_MAX_AGE_SECONDS)
-    delivery_max_age_s = max(settings.delivery_tick_seconds * 4, TICK_MIN_MAX_AGE_SECONDS)
+
+    def tick(name: str, fn: Any, *, every_seconds: float, ages: int) -> Any:
+        """A periodic actor: never retried, dropped when older than `ages` of its intervals."""
+        return dramatiq.actor(
+            broker=broker,
+            actor_name=name,
+            queue_name=TICKS_QUEUE,
+            priority=TICK_PRIORITY,
+            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
+            max_retries=0,
+            max_age=int(max(every_seconds * ages, TICK_MIN_MAX_AGE_SECONDS) * 1000),
+        )(fn)
+
     return Actors(
         execute_run=dramatiq.actor(
             broker=broker,
@@ -415,42 +424,30 @@ def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
             min_backoff=int(EXECUTE_MIN_BACKOFF_SECONDS * 1000),
             max_backoff=int(EXECUTE_MAX_BACKOFF_SECONDS * 1000),
         )(execute_run),
-        schedule_due_agents=dramatiq.actor(
-            broker=broker,
-            actor_name="schedule_due_agents",
-            queue_name=TICKS_QUEUE,
-            priority=TICK_PRIORITY,
-            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
-            max_retries=0,
-            max_age=int(schedule_max_age_s * 1000),
-        )(_recorded_tick("schedule", schedule_due_agents)),
-        reap_stale_runs=dramatiq.actor(
-            broker=broker,
-            actor_name="reap_stale_runs",
-            queue_name=TICKS_QUEUE,
-            priority=TICK_PRIORITY,
-            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
-            max_retries=0,
-            max_age=int(reap_max_age_s * 1000),
-        )(_recorded_tick("reap", reap_stale_runs)),
-        prune_finished_runs=dramatiq.actor(
-            broker=broker,
-            actor_name="prune_finished_runs",
-            queue_name=TICKS_QUEUE,
-            priority=TICK_PRIORITY,
-            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
-            max_retries=0,
-            max_age=int(retention_max_age_s * 1000),
-        )(_recorded_tick("retention", prune_finished_runs)),
-        dispatch_deliveries=dramatiq.actor(
-            broker=broker,
-            actor_name="dispatch_deliveries",
-            queue_name=TICKS_QUEUE,
-            priority=TICK_PRIORITY,
-            time_limit=int(TICK_TIME_LIMIT_SECONDS * 1000),
-            max_retries=0,
-            max_age=int(delivery_max_age_s * 1000),
-        )(dispatch_deliveries),
+        schedule_due_agents=tick(
+            "schedule_due_agents",
+            _recorded_tick("schedule", schedule_due_agents),
+            every_seconds=settings.schedule_tick_seconds,
+            ages=4,
+        ),
+        reap_stale_runs=tick(
+            "reap_stale_runs",
+            _recorded_tick("reap", reap_stale_runs),
+            every_seconds=settings.reap_tick_seconds,
+            ages=2,
+        ),
+        prune_finished_runs=tick(
+            "prune_finished_runs",
+            _recorded_tick("retention", prune_finished_runs),
+            every_seconds=settings.retention_tick_seconds,
+            ages=2,
+        ),
+        dispatch_deliveries=tick(
+            "dispatch_deliveries",
+            dispatch_deliveries,
+            every_seconds=settings.delivery_tick_seconds,
+            ages=4,
+        ),
         deliver=dramatiq.actor(
             broker=broker,
             actor_name="deliver",
