@@ -45,9 +45,12 @@ from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.auth import (
     Viewer,
     bearer_token,
+    needs_provisioning,
     provision_user,
+    read_user,
     short_secret_warning,
     verify_token,
+    viewer_of,
 )
 from agent_engine.api.context import Context, Enqueue
 from agent_engine.api.errors import ApiError, Unauthenticated
@@ -123,13 +126,18 @@ async def _authenticate(
         if token is None:
             return None, None
         claims = verify_token(state["settings"], token)
+        # A read first; the upsert (its own transaction) only on first sight or changed claims,
+        # after the reader went back to the pool.
         if loaders is not None:
             async with loaders.connection() as conn:
-                return await provision_user(conn, claims, now=now, engine=state["engine"]), None
-        async with state["engine"].connect() as conn:
-            # A read; the upsert (its own transaction) only when the claims changed.
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            return await provision_user(conn, claims, now=now, engine=state["engine"]), None
+                row = await read_user(conn, claims.user_id)
+        else:
+            async with state["engine"].connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                row = await read_user(conn, claims.user_id)
+        if needs_provisioning(row, claims):
+            row = await provision_user(state["engine"], claims, now=now)
+        return viewer_of(row, claims), None
     except ApiError as exc:
         return None, exc
 

@@ -261,23 +261,27 @@ def _claims_changed(row: Any, claims: Claims) -> bool:
     )
 
 
-async def provision_user(
-    conn: AsyncConnection, claims: Claims, *, now: datetime, engine: AsyncEngine | None = None
-) -> Viewer:
-    """Upsert the user from verified claims; refuse a deactivated one.
+async def read_user(conn: AsyncConnection, user_id: int) -> Any:
+    """The stored user row, or None on first sight."""
+    return (await conn.execute(_READ_USER, {"id": user_id})).one_or_none()
 
-    A read first (on `conn`): the write happens on first sight and when the claims changed, not
-    on every request or WebSocket connection. The write is one transaction — on `engine` when
-    given (`conn` may be an autocommit reader), else on `conn` — in which a changed zone also
-    moves the user's calendar slots (`agents.zones`).
-    """
-    row = (await conn.execute(_READ_USER, {"id": claims.user_id})).one_or_none()
-    if row is None or (row.is_active and _claims_changed(row, claims)):
-        if engine is None:
-            row = await _write_user(conn, claims, now=now)
-        else:
-            async with engine.begin() as writer:
-                row = await _write_user(writer, claims, now=now)
+
+def needs_provisioning(row: Any, claims: Claims) -> bool:
+    """Whether the claims must be written: first sight, or an active user's claims changed."""
+    return row is None or (row.is_active and _claims_changed(row, claims))
+
+
+async def provision_user(engine: AsyncEngine, claims: Claims, *, now: datetime) -> Any:
+    """Upsert the user from verified claims, in one transaction in which a changed zone also
+    moves the user's calendar slots (`agents.zones`). The caller holds no other connection of
+    `engine`'s pool meanwhile: a burst of first sights larger than the pool would otherwise
+    wait on itself."""
+    async with engine.begin() as writer:
+        return await _write_user(writer, claims, now=now)
+
+
+def viewer_of(row: Any, claims: Claims) -> Viewer:
+    """The viewer of a provisioned row; a deactivated account is refused."""
     if not row.is_active:
         raise Forbidden("this account is deactivated")
     return Viewer(

@@ -8,6 +8,7 @@ choosing tools and the owner's switch are FORBIDDEN to an admin on another's age
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,3 +195,15 @@ async def test_anonymous_error_says_how_to_authenticate(api: Api) -> None:
     body = await api.gql("{ viewer { isAdmin } }")
     assert codes(body) == ["UNAUTHENTICATED"]
     assert "Bearer" in body["errors"][0]["message"]
+
+
+async def test_a_burst_of_first_requests_of_a_new_user_is_all_served(api: Api) -> None:
+    # More first sights at once than the api's pool has connections: each reads, gives its
+    # connection back, then writes -- none waits for a writer while holding its reader.
+    token = api.token(515_151, name="Burst")
+    requests = 3 * 2 * api.settings.db_pool_size
+    bodies = await asyncio.gather(
+        *(api.gql("{ viewer { user { id displayName } } }", token=token) for _ in range(requests))
+    )
+    assert [b.get("errors") for b in bodies] == [None] * requests
+    assert {b["data"]["viewer"]["user"]["displayName"] for b in bodies} == {"Burst"}
