@@ -52,24 +52,20 @@ from agent_engine.api.guards import (
     checked_meta,
     checked_text,
 )
-from agent_engine.api.types import (
-    Agent,
-    AgentModel,
+from agent_engine.api.ids import parse_id
+from agent_engine.api.inputs import (
     AgentModelInput,
     CreateAgentInput,
-    DeliveryTarget,
     DeliveryTargetInput,
-    Info,
-    PlatformSettings,
     PlatformSettingsInput,
-    Run,
     ScheduleInput,
-    Tool,
     UpdateAgentInput,
-    User,
-    described_mutation,
-    parse_id,
 )
+from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.types.agents import Agent, Run
+from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
+from agent_engine.api.types.delivery import DeliveryTarget
+from agent_engine.api.types.users import User
 from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.delivery import targets as delivery_targets

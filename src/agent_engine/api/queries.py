@@ -13,28 +13,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
 from agent_engine.api.context import Context
+from agent_engine.api.enums import AgentStatus, RunState
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import page_size
-from agent_engine.api.types import (
-    Agent,
-    AgentConnection,
-    AgentModel,
-    AgentStatus,
-    AuditEntryConnection,
-    BudgetAlert,
-    DeliveryTarget,
-    Info,
-    OwnerSpend,
-    PlatformSettings,
-    Run,
-    RunConnection,
-    RunState,
-    Tool,
-    Viewer,
-    decode_cursor,
-    described,
-    parse_id,
-)
+from agent_engine.api.ids import decode_cursor, parse_id
+from agent_engine.api.resolvers import Info, described
+from agent_engine.api.types.agents import Agent, AgentConnection, Run, RunConnection
+from agent_engine.api.types.audit import AuditEntry, AuditEntryConnection
+from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
+from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
+from agent_engine.api.types.delivery import DeliveryTarget
+from agent_engine.api.types.viewer import Viewer
 from agent_engine.domain.budget import week_window
 from agent_engine.runs.alerts import newest_alerts
 from agent_engine.runs.spend import spend_by_owner
@@ -174,7 +163,7 @@ class Query:
         )
         for row in rows:
             info.context.loaders.prime_agent(row)
-        return AgentConnection.from_rows(rows, size)
+        return AgentConnection.from_rows(rows, size, kind="agent", node=Agent.from_row)
 
     @described(description="Admin only. The whole journal, newest first.")
     async def admin_runs(
@@ -194,7 +183,7 @@ class Query:
             agent_id=parse_id(agent_id, "agentId") if agent_id is not None else None,
             states=states,
         )
-        return RunConnection.from_rows(rows, size)
+        return RunConnection.from_rows(rows, size, kind="run", node=Run.from_row)
 
     @described(description="Admin only. All catalog tools, allowed or not.")
     async def admin_tools(self, info: Info) -> list[Tool]:
@@ -287,7 +276,7 @@ class Query:
         cursor = decode_cursor("audit", after)
         async with info.context.engine.connect() as conn:
             rows = await audit.fetch_page(conn, first=size, after=cursor, where=where)
-        return AuditEntryConnection.from_rows(rows, size)
+        return AuditEntryConnection.from_rows(rows, size, kind="audit", node=AuditEntry.from_row)
 
 
 __all__ = ["Context", "Query", "fetch_owned_agents", "fetch_runs", "visible_agent"]

@@ -56,3 +56,7 @@ SCALAR_MAP: dict[object, ScalarDefinition] = {
         parse_literal=_parse_literal,
     )
 }
+
+
+def decimal_text_or_none(value: Decimal | None) -> DecimalText | None:
+    return decimal_text(value) if value is not None else None

@@ -18,7 +18,7 @@ from agent_engine.api.errors import ErrorPolicy
 from agent_engine.api.mutations import Mutation
 from agent_engine.api.queries import Query
 from agent_engine.api.scalars import SCALAR_MAP
-from agent_engine.api.types import RunEvent
+from agent_engine.api.types.agents import RunEvent
 
 SUBSCRIPTIONS_MODULE = "agent_engine.api.subscriptions"
 

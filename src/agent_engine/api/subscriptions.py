@@ -20,21 +20,17 @@ from sqlalchemy import text
 
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
+from agent_engine.api.enums import RunState
 from agent_engine.api.errors import NotFound
 from agent_engine.api.events import RunEvent as HubEvent
 from agent_engine.api.events import RunEventHub, Subscriber, SubscriberTooSlow
 from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
+from agent_engine.api.ids import parse_id
 from agent_engine.api.queries import visible_agent
-from agent_engine.api.types import (
-    Budget,
-    BudgetAlert,
-    Info,
-    Run,
-    RunEvent,
-    RunState,
-    RunStep,
-    parse_id,
-)
+from agent_engine.api.resolvers import Info
+from agent_engine.api.types.agents import Run, RunEvent
+from agent_engine.api.types.budget import Budget, BudgetAlert
+from agent_engine.api.types.transcript import RunStep
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.runs.budget import owner_budget
 

@@ -1,0 +1,38 @@
+"""The id and cursor codec: database ids as GraphQL IDs, opaque keyset cursors."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import strawberry
+
+from agent_engine.api.errors import BadUserInput
+
+MAX_DATABASE_ID = 2**63 - 1
+
+
+def parse_id(value: str | strawberry.ID, field: str) -> int:
+    """A database id from its string form; anything else is the client's mistake."""
+    text = str(value).strip()
+    if not text.isdigit() or not 0 < int(text) <= MAX_DATABASE_ID:
+        raise BadUserInput(field, f"not a valid id: {str(value)[:40]!r}")
+    return int(text)
+
+
+def encode_cursor(kind: str, ident: int) -> str:
+    return base64.urlsafe_b64encode(f"{kind}:{ident}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(kind: str, cursor: str | None, field: str = "after") -> int | None:
+    """Opaque cursors encode the id of the last row seen (keyset paging, newest first)."""
+    if cursor is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise BadUserInput(field, "not a cursor returned by this API") from exc
+    prefix, _, ident = raw.partition(":")
+    if prefix != kind or not ident.isdigit() or int(ident) > MAX_DATABASE_ID:
+        raise BadUserInput(field, "not a cursor returned by this API")
+    return int(ident)

@@ -1,0 +1,333 @@
+"""An agent and its journal of runs.
+
+One module: an agent serves its runs and a run serves its agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
+
+import strawberry
+from strawberry.dataloader import DataLoader
+from strawberry.scalars import JSON
+
+from agent_engine.api.enums import AgentStatus, RunReason, RunState, RunTrigger
+from agent_engine.api.errors import BadUserInput, NotFound
+from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
+from agent_engine.api.ids import decode_cursor
+from agent_engine.api.loaders import Row
+from agent_engine.api.pagination import Connection
+from agent_engine.api.resolvers import Info, awaited_later, described, viewer_is_admin
+from agent_engine.api.scalars import DecimalText, decimal_text_or_none
+from agent_engine.api.types.catalog import AgentModel, Tool
+from agent_engine.api.types.delivery import Delivery, DeliveryTarget
+from agent_engine.api.types.schedules import Schedule, schedule_from_json
+from agent_engine.api.types.transcript import RunStep, viewer_owns_run
+from agent_engine.api.types.users import User, existing_user, owner_zone
+from agent_engine.domain import gate
+from agent_engine.domain.schedule import next_slots, parse_schedule
+from agent_engine.runtime.tools.registry import core_tools
+
+
+@strawberry.type
+class Run:
+    row: strawberry.Private[Row]
+    id: strawberry.ID
+    trigger: RunTrigger
+    state: RunState
+    reason: RunReason | None
+    tokens_used: int
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    created_at: datetime
+    # The agent's owner when the caller knows it (else `output` looks it up).
+    owner_id: strawberry.Private[int | None] = None
+    prompt_tokens: int = strawberry.field(
+        description="Provider-reported prompt tokens; promptTokens + completionTokens = tokensUsed."
+    )
+    completion_tokens: int
+    cost: DecimalText | None = strawberry.field(
+        description=(
+            "tokens priced at the model's prices at the time of the run; null when the model has "
+            "no prices."
+        )
+    )
+
+    @classmethod
+    def from_row(cls, row: Row, *, owner_id: int | None = None) -> Run:
+        if owner_id is None and row.get("owner_id") is not None:
+            owner_id = int(row["owner_id"])
+        return cls(
+            row=row,
+            owner_id=owner_id,
+            prompt_tokens=int(row.get("prompt_tokens") or 0),
+            completion_tokens=int(row.get("completion_tokens") or 0),
+            cost=decimal_text_or_none(row.get("cost")),
+            id=strawberry.ID(str(row["id"])),
+            trigger=RunTrigger(row["trigger"]),
+            state=RunState(row["state"]),
+            reason=RunReason(row["reason"]) if row["reason"] else None,
+            tokens_used=int(row["tokens_used"]),
+            error=row["error"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            heartbeat_at=row["heartbeat_at"],
+            created_at=row["created_at"],
+        )
+
+    # The output was read with the owner's Knowledge Store access: it is the owner's alone.
+    @described(
+        description=(
+            "The agent's final answer. The run's owner only: null for anyone else, admins included."
+        )
+    )
+    def output(self, info: Info) -> str | None:
+        viewer = info.context.viewer
+        if viewer is None or self.row["output"] is None:
+            return None
+        if self.owner_id is not None:
+            return cast(str, self.row["output"]) if self.owner_id == viewer.user_id else None
+        return awaited_later(self._output_for(info, viewer.user_id))
+
+    async def _output_for(self, info: Info, viewer_id: int) -> str | None:
+        agent = await info.context.loaders.agent.load(int(self.row["agent_id"]))
+        if agent is None or int(agent["user_id"]) != viewer_id:
+            return None
+        return cast(str, self.row["output"])
+
+    @described(
+        description=(
+            "The run's transcript in order: every model call and tool call. Inputs and outputs are "
+            "visible to the run's owner only (null for others, admins included)."
+        )
+    )
+    async def steps(self, info: Info) -> list[RunStep]:
+        rows, owner_view = await asyncio.gather(
+            info.context.loaders.steps_of_run.load(int(self.id)),
+            viewer_owns_run(info, self.row),
+        )
+        return [RunStep.from_row(r, owner_view=owner_view) for r in rows]
+
+    @described(description="One per delivery target attached to the agent when the run finished.")
+    async def deliveries(self, info: Info) -> list[Delivery]:
+        rows = await info.context.loaders.deliveries_of_run.load(int(self.id))
+        admin = viewer_is_admin(info)
+        return [Delivery.from_row(r, admin=admin) for r in rows]
+
+    @strawberry.field
+    async def agent(self, info: Info) -> Agent:
+        row = await info.context.loaders.agent.load(int(self.row["agent_id"]))
+        if row is None:
+            # Deleted (hidden or gone) after this run was read: as for any vanished agent.
+            raise NotFound("agent", self.row["agent_id"])
+        return Agent.from_row(row)
+
+
+RunConnection = Connection[Run]
+
+
+def _gate(row: Row) -> dict[str, bool]:
+    return {
+        "enabled": bool(row["enabled"]),
+        "admin_paused": bool(row["admin_paused"]),
+        "has_model": row["model_id"] is not None,
+    }
+
+
+@dataclass(frozen=True)
+class AgentRelations:
+    """An agent's related rows, fetched for a whole page at once (Viewer.agents)."""
+
+    model: Row | None
+    tools: list[Row]
+    active_run: Row | None
+    last_run: Row | None
+
+
+# GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
+PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
+
+
+@strawberry.type
+class Agent:
+    row: strawberry.Private[Row]
+    id: strawberry.ID
+    name: str
+    description: str | None
+    prompt: str
+    enabled: bool
+    admin_paused: bool
+    next_run_at: datetime | None
+    meta: JSON | None
+    created_at: datetime
+    updated_at: datetime
+    relations: strawberry.Private[AgentRelations | None] = None
+
+    @classmethod
+    def from_row(cls, row: Row, relations: AgentRelations | None = None) -> Agent:
+        return cls(
+            row=row,
+            relations=relations,
+            id=strawberry.ID(str(row["id"])),
+            name=row["name"],
+            description=row["description"],
+            prompt=row["prompt"],
+            enabled=row["enabled"],
+            admin_paused=row["admin_paused"],
+            next_run_at=row["next_run_at"],
+            meta=row["meta"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    @strawberry.field
+    async def owner(self, info: Info) -> User:
+        return await existing_user(info, int(self.row["user_id"]))
+
+    @strawberry.field
+    def schedule(self) -> Schedule | None:
+        return schedule_from_json(self.row["schedule"])
+
+    @strawberry.field
+    def model(self, info: Info) -> AgentModel | None:
+        if self.relations is not None:
+            row = self.relations.model
+            return AgentModel.from_row(row) if row else None
+        return awaited_later(self._load_model(info))
+
+    async def _load_model(self, info: Info) -> AgentModel | None:
+        if self.row["model_id"] is None:
+            return None
+        row = await info.context.loaders.model.load(int(self.row["model_id"]))
+        return AgentModel.from_row(row) if row else None
+
+    @strawberry.field
+    def status(self) -> AgentStatus:
+        status = gate.agent_status(**_gate(self.row), has_schedule=self.row["schedule"] is not None)
+        return AgentStatus[status.name]
+
+    @described(description="Why an admin paused it (null when not paused or no note was given).")
+    def admin_pause_note(self) -> str | None:
+        note: str | None = self.row.get("admin_pause_note")
+        return note
+
+    @described(
+        description=(
+            "True when the start gate is open "
+            "(a manual start would be accepted or journaled as skipped)."
+        )
+    )
+    def can_start(self) -> bool:
+        return gate.closed_lock(**_gate(self.row)) is None
+
+    @described(
+        description=(
+            "The next slots of the schedule (empty when the agent cannot start or has no "
+            f"schedule). At most {MAX_UPCOMING_RUN_TIMES}."
+        )
+    )
+    async def upcoming_run_times(self, info: Info, limit: int = 5) -> list[datetime]:
+        if not 0 <= limit <= MAX_UPCOMING_RUN_TIMES:
+            raise BadUserInput("limit", f"must be between 0 and {MAX_UPCOMING_RUN_TIMES}")
+        first: datetime | None = self.row["next_run_at"]
+        schedule = parse_schedule(self.row["schedule"])
+        if limit == 0 or first is None or schedule is None or not self.can_start():
+            return []
+        zone = await owner_zone(info, int(self.row["user_id"]))
+        following = next_slots(schedule, after=first, zone=zone, count=limit - 1, anchor=first)
+        return [first, *following][:limit]
+
+    @described(description="The locked Knowledge Store tools every agent has.")
+    def core_tools(self) -> list[str]:
+        return list(core_tools())
+
+    @described(
+        description=(
+            "The owner's optional selection, including tools an admin has since disallowed "
+            "(agentsAllowed = false)."
+        )
+    )
+    def tools(self, info: Info) -> list[Tool]:
+        if self.relations is not None:
+            return [Tool.from_row(r) for r in self.relations.tools]
+        return awaited_later(self._load_tools(info))
+
+    async def _load_tools(self, info: Info) -> list[Tool]:
+        rows = await info.context.loaders.tools_of_agent.load(int(self.row["id"]))
+        return [Tool.from_row(r) for r in rows]
+
+    @described(description="The unfinished (queued or running) run, if any.")
+    def active_run(self, info: Info) -> Run | None:
+        if self.relations is not None:
+            row = self.relations.active_run
+            return self._run(row) if row else None
+        return awaited_later(self._load_run(info.context.loaders.active_run))
+
+    @described(description="The newest finished run (succeeded, failed or skipped).")
+    def last_run(self, info: Info) -> Run | None:
+        if self.relations is not None:
+            row = self.relations.last_run
+            return self._run(row) if row else None
+        return awaited_later(self._load_run(info.context.loaders.last_run))
+
+    @described(
+        description=(
+            "Median tokensUsed of this agent's last 10 SUCCEEDED or FAILED runs; null without "
+            "history."
+        )
+    )
+    async def expected_tokens_per_run(self, info: Info) -> int | None:
+        return await info.context.loaders.expected_tokens.load(int(self.row["id"]))
+
+    async def _load_run(self, loader: DataLoader[int, Row | None]) -> Run | None:
+        row = await loader.load(int(self.row["id"]))
+        return self._run(row) if row else None
+
+    def _run(self, row: Row) -> Run:
+        return Run.from_row(row, owner_id=int(self.row["user_id"]))
+
+    @described(
+        description=(
+            "Where each finished run of this agent is delivered (admin-approved targets the owner "
+            "picked)."
+        )
+    )
+    async def delivery_targets(self, info: Info) -> list[DeliveryTarget]:
+        rows = await info.context.loaders.targets_of_agent.load(int(self.row["id"]))
+        admin = viewer_is_admin(info)
+        return [DeliveryTarget.from_row(r, admin=admin) for r in rows]
+
+    @described(description="The journal, newest first.")
+    async def runs(
+        self,
+        info: Info,
+        first: int = 20,
+        after: str | None = None,
+        states: list[RunState] | None = None,
+    ) -> RunConnection:
+        size = page_size(first)
+        key = (
+            int(self.row["id"]),
+            size + 1,  # one more tells hasNextPage
+            decode_cursor("run", after),
+            tuple(sorted({s.value for s in states})) if states is not None else None,
+        )
+        rows = await info.context.loaders.run_page.load(key)
+        owner_id = int(self.row["user_id"])
+        return RunConnection.from_rows(
+            rows, size, kind="run", node=lambda row: Run.from_row(row, owner_id=owner_id)
+        )
+
+
+AgentConnection = Connection[Agent]
+
+
+@strawberry.type
+class RunEvent:
+    run: Run
+    previous_state: RunState | None

@@ -1,0 +1,122 @@
+"""What admins curate for every owner: the allowed models, the tools and the platform settings."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import strawberry
+
+from agent_engine.api.loaders import Row
+from agent_engine.api.resolvers import Info, described, viewer_is_admin
+from agent_engine.api.scalars import DecimalText, decimal_text_or_none
+from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
+
+
+@strawberry.type
+class AgentModel:
+    row: strawberry.Private[Row]
+    id: strawberry.ID
+    name: str
+    provider: str = strawberry.field(description="openai | builtin")
+    model: str = strawberry.field(description="The provider's model name, e.g. gpt-4o-mini.")
+    is_default: bool = strawberry.field(description="Preselected for new agents.")
+    max_concurrent_runs: int | None = strawberry.field(
+        description=(
+            "At most this many runs of this model are RUNNING at once across all workers; the"
+            " rest wait QUEUED. null = no limit."
+        )
+    )
+    input_price_per_million: DecimalText | None = strawberry.field(
+        description=(
+            "Price per million prompt (input) tokens, in PlatformSettings.currency; "
+            "null = not priced."
+        )
+    )
+    output_price_per_million: DecimalText | None = strawberry.field(
+        description="Price per million completion (output) tokens; null = not priced."
+    )
+
+    @classmethod
+    def from_row(cls, row: Row) -> AgentModel:
+        return cls(
+            row=row,
+            id=strawberry.ID(str(row["id"])),
+            name=row["name"],
+            provider=row["provider"],
+            model=row["model"],
+            is_default=row["is_default"],
+            max_concurrent_runs=row.get("max_concurrent_runs"),
+            input_price_per_million=decimal_text_or_none(row.get("input_price_per_million")),
+            output_price_per_million=decimal_text_or_none(row.get("output_price_per_million")),
+        )
+
+    # Where a model lives and which variable holds its key are the operator's business.
+    @described(
+        description=(
+            "Admins only: null for everyone else. The OpenAI-compatible endpoint; null = the "
+            "provider's default."
+        )
+    )
+    def base_url(self, info: Info) -> str | None:
+        return cast(str | None, self.row["base_url"]) if viewer_is_admin(info) else None
+
+    @described(
+        description=(
+            "Admins only: null for everyone else. The name of the environment variable that "
+            "holds the key (never the key)."
+        )
+    )
+    def api_key_env(self, info: Info) -> str | None:
+        return cast(str | None, self.row["api_key_env"]) if viewer_is_admin(info) else None
+
+
+@strawberry.type
+class Tool:
+    id: strawberry.ID
+    name: str
+    description: str
+    agents_allowed: bool
+
+    @classmethod
+    def from_row(cls, row: Row) -> Tool:
+        return cls(
+            id=strawberry.ID(str(row["id"])),
+            name=row["name"],
+            description=row["description"],
+            agents_allowed=row["agents_allowed"],
+        )
+
+
+@strawberry.type
+class PlatformSettings:
+    weekly_token_cap: int | None
+    timezone: str
+    platform_prompt: str
+    iteration_cap: int
+    currency: str = strawberry.field(
+        description="ISO 4217 code the model prices are in; default USD."
+    )
+    budget_alert_percents: list[int] = strawberry.field(
+        description=(
+            "Thresholds, in percent of the cap, that record a BudgetAlert when crossed; "
+            "default [80, 100]."
+        )
+    )
+    run_retention_days: int | None = strawberry.field(
+        description=(
+            "Finished runs older than this many days are pruned, except the current budget week "
+            "and each agent's last run; null = keep forever."
+        )
+    )
+
+    @classmethod
+    def from_value(cls, value: PlatformSettingsRow) -> PlatformSettings:
+        return cls(
+            weekly_token_cap=value.weekly_token_cap,
+            timezone=value.timezone,
+            platform_prompt=value.platform_prompt,
+            iteration_cap=value.iteration_cap,
+            currency=value.currency,
+            budget_alert_percents=list(value.budget_alert_percents),
+            run_retention_days=value.run_retention_days,
+        )

@@ -1,0 +1,61 @@
+"""A run's transcript: its model calls and tool calls, in order."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.scalars import JSON
+
+from agent_engine.api.enums import RunStepKind
+from agent_engine.api.loaders import Row
+from agent_engine.api.resolvers import Info
+
+
+@strawberry.type
+class RunStep:
+    index: int = strawberry.field(description="0, 1, 2 … in the order the steps started.")
+    kind: RunStepKind
+    name: str = strawberry.field(
+        description="The model name for MODEL_CALL, the tool name for TOOL_CALL."
+    )
+    input: JSON | None = strawberry.field(
+        description="TOOL_CALL: the arguments the model sent. Owner only."
+    )
+    output: str | None = strawberry.field(
+        description=(
+            "MODEL_CALL: the assistant text (may be empty when it only called tools); TOOL_CALL: "
+            "the result as the model saw it (bounded). Owner only."
+        )
+    )
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row, *, owner_view: bool) -> RunStep:
+        """`owner_view`: the viewer owns the run; inputs and outputs were read with the owner's
+        access and are the owner's alone."""
+        return cls(
+            index=int(row["index"]),
+            kind=RunStepKind(row["kind"]),
+            name=row["name"],
+            input=row["input"] if owner_view else None,
+            output=row["output"] if owner_view else None,
+            error=row["error"],
+            prompt_tokens=row["prompt_tokens"],
+            completion_tokens=row["completion_tokens"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+
+
+async def viewer_owns_run(info: Info, run_row: Row) -> bool:
+    """Whether the viewer is the owner of the run's agent (batched through the agent loader)."""
+    viewer = info.context.viewer
+    if viewer is None:
+        return False
+    agent = await info.context.loaders.agent.load(int(run_row["agent_id"]))
+    return agent is not None and int(agent["user_id"]) == viewer.user_id
