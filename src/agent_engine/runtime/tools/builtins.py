@@ -7,7 +7,7 @@ from typing import Any
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import zone_or_utc
 from agent_engine.runtime.tools.calculator import CalculatorError, evaluate, format_number
-from agent_engine.runtime.tools.registry import ToolCallContext, ToolError, ToolSpec
+from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
 
 
 async def current_time(ctx: ToolCallContext, args: dict[str, Any]) -> str:
