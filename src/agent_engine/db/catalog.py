@@ -260,3 +260,21 @@ async def set_tool_allowed(conn: AsyncConnection, tool_id: int, allowed: bool) -
 
 async def allow_all_tools(conn: AsyncConnection) -> None:
     await conn.execute(ALLOW_ALL_TOOLS)
+
+
+UPSERT_TOOL_DESCRIPTIONS = text(
+    """
+    INSERT INTO tools (name, description)
+    SELECT * FROM unnest(CAST(:names AS text[]), CAST(:descriptions AS text[]))
+    ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description
+    WHERE tools.description IS DISTINCT FROM EXCLUDED.description
+    """
+)
+
+
+async def upsert_tool_descriptions(conn: AsyncConnection, tools: Sequence[tuple[str, str]]) -> None:
+    """New tools start with agents_allowed = false; a known tool's description is refreshed."""
+    await conn.execute(
+        UPSERT_TOOL_DESCRIPTIONS,
+        {"names": [name for name, _ in tools], "descriptions": [desc for _, desc in tools]},
+    )

@@ -13,9 +13,9 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db.catalog import upsert_tool_descriptions
 from agent_engine.runtime.tools.builtins import BUILTIN_TOOLS
 from agent_engine.runtime.tools.core import CORE_TOOLS
 from agent_engine.runtime.tools.spec import ToolCallContext as ToolCallContext
@@ -59,28 +59,12 @@ def optional_tools() -> dict[str, ToolSpec]:
     return tools
 
 
-_UPSERT_CATALOG = text(
-    """
-    INSERT INTO tools (name, description)
-    SELECT * FROM unnest(CAST(:names AS text[]), CAST(:descriptions AS text[]))
-    ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description
-    WHERE tools.description IS DISTINCT FROM EXCLUDED.description
-    """
-)
-
-
 async def sync_tool_catalog(conn: AsyncConnection) -> None:
     """Upsert the optional tools into `tools`: new rows start with agents_allowed = false,
     descriptions are refreshed, agents_allowed is never changed, and rows of tools the code no
     longer has are left for the admin (deleting them would drop agents' selections)."""
     specs = sorted(optional_tools().values(), key=lambda spec: spec.name)
-    await conn.execute(
-        _UPSERT_CATALOG,
-        {
-            "names": [spec.name for spec in specs],
-            "descriptions": [spec.description for spec in specs],
-        },
-    )
+    await upsert_tool_descriptions(conn, [(spec.name, spec.description) for spec in specs])
 
 
 _JSON_TYPE_NAMES = {
