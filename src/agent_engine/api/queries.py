@@ -12,9 +12,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
+from agent_engine.api.access import visible_agent, visible_run
 from agent_engine.api.context import Context
 from agent_engine.api.enums import AgentStatus, RunState
-from agent_engine.api.errors import BadUserInput, NotFound
+from agent_engine.api.errors import BadUserInput
 from agent_engine.api.guards import page_size
 from agent_engine.api.ids import decode_cursor, parse_id
 from agent_engine.api.resolvers import Info, described
@@ -49,14 +50,6 @@ async def _all(engine: AsyncEngine, sql: str, params: dict[str, Any]) -> list[Ro
         return [dict(row) for row in (await conn.execute(text(sql), params)).mappings()]
 
 
-async def fetch_owned_agents(engine: AsyncEngine, owner_id: int) -> list[Row]:
-    return await _all(
-        engine,
-        "SELECT * FROM agents WHERE user_id = :owner AND deleted_at IS NULL ORDER BY id",
-        {"owner": owner_id},
-    )
-
-
 async def fetch_runs(
     engine: AsyncEngine,
     *,
@@ -87,15 +80,6 @@ async def fetch_runs(
     )
 
 
-async def visible_agent(info: Info, agent_id: int) -> Row:
-    """The agent if the viewer may see it (owner or admin), else NOT_FOUND."""
-    viewer = info.context.require_viewer()
-    row = await info.context.loaders.agent.load(agent_id)
-    if row is None or (not viewer.is_admin and row["user_id"] != viewer.user_id):
-        raise NotFound("agent", agent_id)
-    return row
-
-
 @strawberry.type
 class Query:
     @strawberry.field
@@ -110,15 +94,9 @@ class Query:
 
     @strawberry.field
     async def run(self, info: Info, id: strawberry.ID) -> Run | None:
-        viewer = info.context.require_viewer()
-        run_id = parse_id(id, "id")
-        row = await info.context.loaders.run.load(run_id)
-        if row is None:
-            raise NotFound("run", run_id)
-        agent = await info.context.loaders.agent.load(int(row["agent_id"]))
-        if agent is None or (not viewer.is_admin and agent["user_id"] != viewer.user_id):
-            raise NotFound("run", run_id)
-        return Run.from_row(row, owner_id=int(agent["user_id"]))
+        info.context.require_viewer()
+        row, owner_id = await visible_run(info, parse_id(id, "id"))
+        return Run.from_row(row, owner_id=owner_id)
 
     @described(description="The admin's allowed list.")
     async def agent_models(self, info: Info) -> list[AgentModel]:
@@ -279,4 +257,4 @@ class Query:
         return AuditEntryConnection.from_rows(rows, size, kind="audit", node=AuditEntry.from_row)
 
 
-__all__ = ["Context", "Query", "fetch_owned_agents", "fetch_runs", "visible_agent"]
+__all__ = ["Context", "Query", "fetch_runs"]

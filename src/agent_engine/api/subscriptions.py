@@ -18,15 +18,14 @@ from typing import Any, TypeVar
 import strawberry
 from sqlalchemy import text
 
+from agent_engine.api.access import is_owner, visible_agent, visible_run
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
 from agent_engine.api.enums import RunState
-from agent_engine.api.errors import NotFound
 from agent_engine.api.events import RunEvent as HubEvent
 from agent_engine.api.events import RunEventHub, Subscriber, SubscriberTooSlow
 from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
 from agent_engine.api.ids import parse_id
-from agent_engine.api.queries import visible_agent
 from agent_engine.api.resolvers import Info
 from agent_engine.api.types.agents import Run, RunEvent
 from agent_engine.api.types.budget import Budget, BudgetAlert
@@ -196,13 +195,9 @@ class Subscription:
     async def run_steps(self, info: Info, run_id: strawberry.ID) -> AsyncGenerator[RunStep, None]:
         viewer = info.context.require_viewer()
         ident = parse_id(run_id, "runId")
-        run = await info.context.loaders.run.load(ident)
-        agent = await info.context.loaders.agent.load(int(run["agent_id"])) if run else None
-        if agent is None or (not viewer.is_admin and agent["user_id"] != viewer.user_id):
-            raise NotFound("run", ident)
+        _, owner_id = await visible_run(info, ident)
         _hub(info.context)
-        owner_view = int(agent["user_id"]) == viewer.user_id
-        return _run_steps(info.context, ident, owner_view=owner_view)
+        return _run_steps(info.context, ident, owner_view=is_owner(viewer, owner_id))
 
 
 __all__ = [

@@ -22,23 +22,34 @@ class User:
     )
 
     @classmethod
-    def from_row(cls, row: Row, *, platform_zone: str) -> User:
+    def from_row(cls, row: Row, *, timezone: str) -> User:
+        """`timezone`: the user's zone as `zone_name` resolves it."""
         return cls(
             id=strawberry.ID(str(row["id"])),
             email=row["email"],
             display_name=row["display_name"],
-            timezone=row["timezone"] or platform_zone,
+            timezone=timezone,
             active=bool(row["is_active"]),
         )
 
 
+async def zone_name(info: Info, row: Row | None) -> str:
+    """The user's zone, else the platform's: their calendar schedules and budget weeks are in it."""
+    if row is not None and row["timezone"]:
+        return str(row["timezone"])
+    return (await info.context.loaders.platform()).timezone
+
+
+async def shown_user(info: Info, row: Row) -> User:
+    return User.from_row(row, timezone=await zone_name(info, row))
+
+
 async def user_or_none(info: Info, user_id: int) -> User | None:
-    """The user through the request's loader, in the platform zone when they have none."""
+    """The user through the request's loader."""
     row = await info.context.loaders.user.load(user_id)
     if row is None:
         return None
-    platform = await info.context.loaders.platform()
-    return User.from_row(row, platform_zone=platform.timezone)
+    return await shown_user(info, row)
 
 
 async def existing_user(info: Info, user_id: int) -> User:
@@ -51,7 +62,4 @@ async def existing_user(info: Info, user_id: int) -> User:
 
 async def owner_zone(info: Info, owner_id: int) -> ZoneInfo:
     """The zone an owner's calendar schedules and budget weeks are in."""
-    row = await info.context.loaders.user.load(owner_id)
-    if row is not None and row["timezone"]:
-        return zone_or_utc(row["timezone"])
-    return (await info.context.loaders.platform()).zone
+    return zone_or_utc(await zone_name(info, await info.context.loaders.user.load(owner_id)))

@@ -1,0 +1,147 @@
+"""The admin's mutations on agents, owners, the model list and the tool catalog (FORBIDDEN to
+owners). An admin pauses (`setAdminPaused`) rather than switching an agent off."""
+
+from __future__ import annotations
+
+import strawberry
+from sqlalchemy import text
+
+from agent_engine.agents import admin as admin_service
+from agent_engine.agents import admin_rules
+from agent_engine.api.errors import BadUserInput, Conflict
+from agent_engine.api.guards import MODEL_FIELD_MAX_CHARS, checked_text
+from agent_engine.api.ids import parse_id
+from agent_engine.api.inputs import AgentModelInput
+from agent_engine.api.mutations.common import fresh_agent, transaction
+from agent_engine.api.mutations.validation import checked_base_url, price_changes
+from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.types.agents import Agent
+from agent_engine.api.types.catalog import AgentModel, Tool
+from agent_engine.api.types.users import User, shown_user
+from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
+from agent_engine.runs import model_slots
+
+
+@strawberry.type
+class AdminMutation:
+    @described_mutation(
+        description=(
+            "Admin only. The admin's sticky lock. The note (at most "
+            f"{ADMIN_PAUSE_NOTE_MAX_CHARS} characters) is shown to the owner "
+            "(Agent.adminPauseNote) until unpaused, and kept in the audit log."
+        )
+    )
+    async def set_admin_paused(
+        self, info: Info, agent_id: strawberry.ID, paused: bool, note: str | None = None
+    ) -> Agent:
+        viewer = info.context.require_admin()
+        ident = parse_id(agent_id, "agentId")
+        if note is not None:
+            note = checked_text("note", note, ADMIN_PAUSE_NOTE_MAX_CHARS, allow_blank=True).strip()
+        async with transaction(info) as conn:
+            await admin_service.set_admin_paused(
+                conn,
+                ident,
+                paused=paused,
+                note=note or None,
+                actor_id=viewer.user_id,
+                now=info.context.now,
+            )
+            return await fresh_agent(info, conn, ident)
+
+    @described_mutation(
+        description=(
+            "Admin only. Switches off every agent of the user (enabled = false) and marks the "
+            "user inactive. Returns how many agents were switched off."
+        )
+    )
+    async def deactivate_owner(self, info: Info, user_id: strawberry.ID) -> int:
+        viewer = info.context.require_admin()
+        ident = parse_id(user_id, "userId")
+        if ident == viewer.user_id:
+            raise Conflict("an admin cannot deactivate their own account")
+        async with transaction(info) as conn:
+            return await admin_service.deactivate_owner(conn, ident, actor_id=viewer.user_id)
+
+    @described_mutation(
+        description=(
+            "Admin only. Lets the user sign in again. Their agents stay switched off until they "
+            "switch them on."
+        )
+    )
+    async def reactivate_owner(self, info: Info, user_id: strawberry.ID) -> User:
+        viewer = info.context.require_admin()
+        ident = parse_id(user_id, "userId")
+        async with transaction(info) as conn:
+            row = await admin_service.reactivate_owner(conn, ident, actor_id=viewer.user_id)
+        return await shown_user(info, row)
+
+    @described_mutation(description="Admin only. Creates (no id) or replaces a model on the list.")
+    async def upsert_agent_model(self, info: Info, input: AgentModelInput) -> AgentModel:
+        viewer = info.context.require_admin()
+        model_id = parse_id(input.id, "input.id") if input.id is not None else None
+        if problem := admin_rules.provider_problem(input.provider):
+            raise BadUserInput("input.provider", problem)
+        base_url = checked_base_url("input.baseUrl", input.base_url)
+        if problem := admin_rules.api_key_env_problem(input.api_key_env):
+            raise BadUserInput("input.apiKeyEnv", problem)
+        limit = input.max_concurrent_runs
+        if limit is not strawberry.UNSET and (
+            problem := admin_rules.max_concurrent_runs_problem(limit)
+        ):
+            raise BadUserInput("input.maxConcurrentRuns", problem)
+        draft = admin_service.ModelDraft(
+            name=checked_text("input.name", input.name, MODEL_FIELD_MAX_CHARS),
+            provider=input.provider,
+            model=checked_text("input.model", input.model, MODEL_FIELD_MAX_CHARS),
+            base_url=base_url,
+            api_key_env=input.api_key_env,
+            is_default=input.is_default,
+            max_concurrent_runs=None if limit is strawberry.UNSET else limit,
+            keep_max_concurrent_runs=limit is strawberry.UNSET,
+        )
+        prices = price_changes(input)
+        async with transaction(info) as conn:
+            saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
+            await admin_service.set_model_prices(conn, saved.id, prices)
+            row = (
+                (
+                    await conn.execute(
+                        text("SELECT * FROM agent_models WHERE id = :id"), {"id": saved.id}
+                    )
+                )
+                .mappings()
+                .one()
+            )
+        if saved.limit_widened:
+            # Runs waiting for a slot of this model start now, not at the reaper's next pass.
+            await model_slots.wake_after_limit_change(
+                info.context.engine, saved.id, limit=saved.limit, enqueue=info.context.enqueue
+            )
+        return AgentModel.from_row(dict(row))
+
+    @described_mutation(
+        description=(
+            "Admin only. Removes the model from the allowed list; agents that used it stop "
+            "(NO_MODEL)."
+        )
+    )
+    async def remove_agent_model(self, info: Info, id: strawberry.ID) -> strawberry.ID:
+        viewer = info.context.require_admin()
+        model_id = parse_id(id, "id")
+        async with transaction(info) as conn:
+            await admin_service.remove_model(conn, model_id, actor_id=viewer.user_id)
+        return strawberry.ID(str(model_id))
+
+    @described_mutation(description="Admin only.")
+    async def set_tool_allowed(self, info: Info, tool_id: strawberry.ID, allowed: bool) -> Tool:
+        viewer = info.context.require_admin()
+        ident = parse_id(tool_id, "toolId")
+        async with transaction(info) as conn:
+            await admin_service.set_tool_allowed(conn, ident, allowed, actor_id=viewer.user_id)
+            row = (
+                (await conn.execute(text("SELECT * FROM tools WHERE id = :id"), {"id": ident}))
+                .mappings()
+                .one()
+            )
+        return Tool.from_row(dict(row))

@@ -1,0 +1,87 @@
+"""Starting and cancelling runs: start is the owner's alone, cancel the owner's or an admin's."""
+
+from __future__ import annotations
+
+import strawberry
+from sqlalchemy import text
+
+from agent_engine.api.access import is_owner, may_see
+from agent_engine.api.errors import AgentNotStartable, Conflict, NotFound
+from agent_engine.api.ids import parse_id
+from agent_engine.api.mutations.common import owned_agent
+from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.types.agents import Run
+from agent_engine.domain.runs import RunTrigger
+from agent_engine.runs import cancel as run_cancel
+from agent_engine.runs import request as run_request
+
+
+@strawberry.type
+class RunMutation:
+    @described_mutation(
+        description=(
+            "Requests a manual run. Returns the journal row: QUEUED, or SKIPPED with its reason. "
+            "A closed start gate is an AGENT_NOT_STARTABLE error and writes no row. The owner "
+            "only: FORBIDDEN to an admin on another's agent (it reads the Knowledge Store as "
+            "its owner)."
+        )
+    )
+    async def start_run(self, info: Info, agent_id: strawberry.ID) -> Run:
+        info.context.require_viewer()
+        ident = parse_id(agent_id, "agentId")
+        agent = await owned_agent(info, ident, "start it", owner_only=True)
+        try:
+            row = await run_request.request_run(
+                info.context.engine,
+                ident,
+                trigger=RunTrigger.MANUAL,
+                now=info.context.now,
+                enqueue=info.context.enqueue,
+                send_wait_seconds=info.context.settings.broker_timeout_seconds,
+            )
+        except run_request.AgentNotFound as exc:
+            raise NotFound("agent", ident) from exc
+        except run_request.AgentNotStartable as exc:
+            raise AgentNotStartable(exc.lock.name) from exc
+        return Run.from_row(row, owner_id=int(agent["user_id"]))
+
+    @described_mutation(
+        description=(
+            "Stops a QUEUED or RUNNING run: it ends FAILED / CANCELLED (a running one within "
+            "seconds, keeping the tokens spent so far). Owner or admin. A finished run is a "
+            "CONFLICT."
+        )
+    )
+    async def cancel_run(self, info: Info, run_id: strawberry.ID) -> Run:
+        viewer = info.context.require_viewer()
+        ident = parse_id(run_id, "runId")
+        async with info.context.engine.connect() as conn:
+            owner = (
+                await conn.execute(
+                    text(
+                        "SELECT a.user_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+                        " WHERE r.id = :id"
+                    ),
+                    {"id": ident},
+                )
+            ).scalar_one_or_none()
+        if owner is None or not may_see(viewer, owner):
+            raise NotFound("run", ident)
+        by = "its owner" if is_owner(viewer, owner) else f"an admin (user {viewer.user_id})"
+        try:
+            row = await run_cancel.cancel_run(
+                info.context.engine,
+                ident,
+                now=info.context.now,
+                error=f"cancelled by {by}",
+                # An admin cancelling another owner's run is an admin action.
+                audited_actor_id=None if is_owner(viewer, owner) else viewer.user_id,
+                owner_id=owner,
+            )
+        except run_cancel.RunMissing as exc:
+            raise NotFound("run", ident) from exc
+        except run_cancel.RunFinished as exc:
+            raise Conflict(
+                f"run {ident} already finished ({exc.state}): nothing to cancel"
+            ) from exc
+        return Run.from_row(row)
