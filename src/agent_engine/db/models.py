@@ -8,8 +8,10 @@ Database-held behaviour (triggers) is created by the migrations, see `db/ddl.py`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -32,6 +34,17 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from agent_engine.domain.delivery import DeliveryStatus
+from agent_engine.domain.providers import Provider
+from agent_engine.domain.runs import (
+    REASONS_BY_STATE,
+    UNFINISHED_STATES,
+    RunReason,
+    RunState,
+    RunStepKind,
+    RunTrigger,
+)
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -40,23 +53,26 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-RUN_TRIGGERS = ("manual", "scheduled")
-RUN_STATES = ("queued", "running", "succeeded", "failed", "skipped")
 ADMIN_PAUSE_NOTE_MAX_CHARS = 500
-RUN_REASONS = (
-    "budget_exceeded",
-    "already_running",
-    "iteration_cap",
-    "error",
-    "stale",
-    "cancelled",
-)
-STEP_KINDS = ("model_call", "tool_call")
-DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
 
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+def _in(column: str, values: Iterable[StrEnum]) -> str:
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"
+
+
+def _reason_fits_state() -> str:
+    """The CHECK form of `REASONS_BY_STATE`: a state with reasons needs one of them, the others
+    none."""
+    whens = "".join(
+        f" WHEN {str(state)!r} THEN"
+        f" COALESCE({_in('reason', [r for r in RunReason if r in reasons])}, false)"
+        for state, reasons in REASONS_BY_STATE.items()
+        if reasons
+    )
+    return f"CASE state{whens} ELSE reason IS NULL END"
+
+
+UNFINISHED = _in("state", [s for s in RunState if s in UNFINISHED_STATES])
 
 
 class Base(DeclarativeBase):
@@ -84,7 +100,7 @@ class User(Base):
 class AgentModel(Base):
     __tablename__ = "agent_models"
     __table_args__ = (
-        CheckConstraint(_in("provider", ("openai", "builtin")), name="provider"),
+        CheckConstraint(_in("provider", Provider), name="provider"),
         CheckConstraint(
             "max_concurrent_runs IS NULL OR max_concurrent_runs >= 1",
             name="max_concurrent_runs_positive",
@@ -246,24 +262,17 @@ class Agent(Base):
 class AgentRun(Base):
     __tablename__ = "agent_runs"
     __table_args__ = (
-        CheckConstraint(_in("trigger", RUN_TRIGGERS), name="trigger"),
-        CheckConstraint(_in("state", RUN_STATES), name="state"),
-        CheckConstraint("reason IS NULL OR " + _in("reason", RUN_REASONS), name="reason"),
-        CheckConstraint(
-            "CASE state"
-            " WHEN 'skipped' THEN COALESCE(reason IN ('budget_exceeded', 'already_running'), false)"
-            " WHEN 'failed' THEN"
-            " COALESCE(reason IN ('iteration_cap', 'error', 'stale', 'cancelled'), false)"
-            " ELSE reason IS NULL END",
-            name="reason_fits_state",
-        ),
+        CheckConstraint(_in("trigger", RunTrigger), name="trigger"),
+        CheckConstraint(_in("state", RunState), name="state"),
+        CheckConstraint("reason IS NULL OR " + _in("reason", RunReason), name="reason"),
+        CheckConstraint(_reason_fits_state(), name="reason_fits_state"),
         CheckConstraint("tokens_used >= 0", name="tokens_used_non_negative"),
         # One unfinished run per agent: the lock lives in the database.
         Index(
             "uq_agent_runs_one_unfinished",
             "agent_id",
             unique=True,
-            postgresql_where=text("state IN ('queued', 'running')"),
+            postgresql_where=text(UNFINISHED),
         ),
         # Budget sum: the owner's agents' runs finished in the window, tokens read from the index.
         Index(
@@ -280,14 +289,14 @@ class AgentRun(Base):
             "agent_id",
             text("id DESC"),
             postgresql_include=["tokens_used"],
-            postgresql_where=text("state IN ('succeeded', 'failed')"),
+            postgresql_where=text(_in("state", (RunState.SUCCEEDED, RunState.FAILED))),
         ),
         # Reaper: unfinished runs by age, a small partial index.
         Index(
             "ix_agent_runs_unfinished",
             "state",
             "heartbeat_at",
-            postgresql_where=text("state IN ('queued', 'running')"),
+            postgresql_where=text(UNFINISHED),
         ),
         # Per-model limits: a model's running runs, and its queued runs oldest first.
         Index(
@@ -295,7 +304,7 @@ class AgentRun(Base):
             "model_id",
             "state",
             "id",
-            postgresql_where=text("state IN ('queued', 'running')"),
+            postgresql_where=text(UNFINISHED),
         ),
     )
 
@@ -405,7 +414,7 @@ class AgentRunStep(Base):
     """One model call or tool call of a run, written as the loop goes (the run's transcript)."""
 
     __tablename__ = "agent_run_steps"
-    __table_args__ = (CheckConstraint(_in("kind", STEP_KINDS), name="kind"),)
+    __table_args__ = (CheckConstraint(_in("kind", RunStepKind), name="kind"),)
 
     # (run_id, index) is the key: UNIQUE per run, and the only index the table needs.
     run_id: Mapped[int] = mapped_column(
@@ -462,13 +471,13 @@ class RunDelivery(Base):
 
     __tablename__ = "run_deliveries"
     __table_args__ = (
-        CheckConstraint(_in("status", DELIVERY_STATUSES), name="status"),
+        CheckConstraint(_in("status", DeliveryStatus), name="status"),
         UniqueConstraint("run_id", "target_id"),
         # The dispatcher's scan: pending deliveries by due time, a small partial index.
         Index(
             "ix_run_deliveries_due",
             "next_attempt_at",
-            postgresql_where=text("status = 'pending'"),
+            postgresql_where=text(f"status = {str(DeliveryStatus.PENDING)!r}"),
         ),
         Index(
             "ix_run_deliveries_finished_at",
