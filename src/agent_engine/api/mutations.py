@@ -33,11 +33,11 @@ from agent_engine.agents.errors import (
     TooManyAgents,
 )
 from agent_engine.api.errors import (
-    AgentNotStartable,
     BadUserInput,
     Conflict,
     Forbidden,
     NotFound,
+    StartRefused,
 )
 from agent_engine.api.guards import (
     BASE_URL_MAX_CHARS,
@@ -71,6 +71,7 @@ from agent_engine.db.platform import load_platform_settings
 from agent_engine.delivery import targets as delivery_targets
 from agent_engine.domain.budget import AlertPercentsError, parse_alert_percents
 from agent_engine.domain.delivery import secret_env_problem, target_url_problem
+from agent_engine.domain.gate import AgentNotStartable
 from agent_engine.domain.money import MoneyError, parse_currency, parse_price
 from agent_engine.domain.retention import MAX_RETENTION_DAYS, MIN_RETENTION_DAYS
 from agent_engine.domain.runs import RunTrigger
@@ -375,8 +376,8 @@ class Mutation:
             )
         except run_request.AgentNotFound as exc:
             raise NotFound("agent", ident) from exc
-        except run_request.AgentNotStartable as exc:
-            raise AgentNotStartable(exc.lock.name) from exc
+        except AgentNotStartable as exc:
+            raise StartRefused(exc) from exc
         return Run.from_row(row, owner_id=int(agent["user_id"]))
 
     @described_mutation(
