@@ -66,7 +66,7 @@ from agent_engine.api.types.agents import Agent, Run
 from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
 from agent_engine.api.types.delivery import DeliveryTarget
 from agent_engine.api.types.users import User
-from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
+from agent_engine.db.models.agents import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.delivery import targets as delivery_targets
 from agent_engine.domain.budget import AlertPercentsError, parse_alert_percents
