@@ -9,6 +9,7 @@ then the servers; the data stays in the data directory for the next start.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import secrets
 import signal
@@ -20,7 +21,12 @@ from pathlib import Path
 
 import httpx
 
+from agent_engine.api.auth import mint_token
+from agent_engine.db.engine import create_engine_for_url
+from agent_engine.db.migrate import upgrade
+from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
 from agent_engine.embedded import EmbeddedServers
+from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings, to_libpq_url
 
 READY_TIMEOUT_SECONDS = 90.0
@@ -49,12 +55,6 @@ def run_all(
     worker_threads: int,
     seed: bool = True,
 ) -> None:
-    from agent_engine.api.auth import mint_token
-    from agent_engine.db.engine import create_engine_for_url
-    from agent_engine.db.migrate import upgrade
-    from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
-    from agent_engine.observability.logging import configure_logging
-
     # Human-readable on a terminal, JSON when the output goes to a file or a collector; the
     # children log the same way (they would default to JSON on their own).
     log_format = configure_logging(settings, interactive=sys.stdout.isatty())
@@ -133,8 +133,6 @@ def _die_with_parent() -> None:
     clock is left holding the port or the data after a crash. Linux only; elsewhere a no-op."""
     if sys.platform != "linux":
         return
-    import ctypes
-
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -10,7 +10,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -18,10 +17,9 @@ from agent_engine.agents import definitions
 from agent_engine.agents.audit import AuditAction, record, redacted_url
 from agent_engine.agents.errors import Contended, Missing
 from agent_engine.agents.zones import reslot_calendar_agents_without_owner_zone
-from agent_engine.db import platform
+from agent_engine.db import agents as agents_db
+from agent_engine.db import catalog, platform, users
 from agent_engine.db.platform import write_platform_setting, zone_or_utc
-
-Row = dict[str, Any]
 
 # GraphQL-side names of the platform settings → their keys in platform_settings.
 SETTING_KEYS = {
@@ -76,23 +74,25 @@ async def set_admin_paused(
 ) -> None:
     """The admin's sticky lock. The note is the owner's to read while paused (cleared on unpause,
     a CHECK holds it) and is kept in the audit log either way."""
-    before = await _agent_for_update(conn, agent_id)
+    before = await agents_db.lock_agent(conn, agent_id)
+    if before is None:
+        raise Missing("agent", agent_id)
     await definitions.update_agent(
         conn,
         agent_id,
         {"admin_paused": paused, "admin_pause_note": note if paused else None},
         now=now,
     )
-    details: dict[str, Any] = {"agentName": before["name"], "note": note}
+    details: dict[str, Any] = {"agentName": before.name, "note": note}
     if not paused:
-        details["previousNote"] = before["admin_pause_note"]
+        details["previousNote"] = before.admin_pause_note
     await record(
         conn,
         actor_id,
         AuditAction.AGENT_ADMIN_PAUSED if paused else AuditAction.AGENT_ADMIN_UNPAUSED,
         agent_id=agent_id,
-        user_id=int(before["user_id"]),
-        details={**details, "wasPaused": bool(before["admin_paused"])},
+        user_id=before.user_id,
+        details={**details, "wasPaused": before.admin_paused},
     )
 
 
@@ -111,21 +111,6 @@ async def record_agent_deleted(
     )
 
 
-async def _agent_for_update(conn: AsyncConnection, agent_id: int) -> dict[str, Any]:
-    row = (
-        (
-            await conn.execute(
-                text("SELECT * FROM agents WHERE id = :id FOR UPDATE"), {"id": agent_id}
-            )
-        )
-        .mappings()
-        .one_or_none()
-    )
-    if row is None:
-        raise Missing("agent", agent_id)
-    return dict(row)
-
-
 async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> int:
     """Switch every agent of the user off and mark the user inactive; returns how many were on.
 
@@ -133,18 +118,9 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
     user's open WebSocket sessions close within seconds (api.sessions sweeps for deactivations).
     Audited as `user.deactivated` by `actor_id`, in this transaction.
     """
-    found = (
-        await conn.execute(
-            text("UPDATE users SET is_active = false WHERE id = :id RETURNING id"), {"id": user_id}
-        )
-    ).scalar_one_or_none()
-    if found is None:
+    if not await users.deactivate(conn, user_id):
         raise Missing("user", user_id)
-    switched = await conn.execute(
-        text("UPDATE agents SET enabled = false WHERE user_id = :id AND enabled RETURNING id"),
-        {"id": user_id},
-    )
-    switched_off = sorted(int(row.id) for row in switched)
+    switched_off = await agents_db.switch_off_agents_of_owner(conn, user_id)
     await record(
         conn,
         actor_id,
@@ -155,21 +131,12 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
     return len(switched_off)
 
 
-async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> Row:
+async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> dict[str, Any]:
     """Let the user sign in again; returns the users row. Their agents stay switched off: only
     the owner turns them back on (the seed's life cycle). Audited as `user.reactivated` by
     `actor_id`, in this transaction.
     """
-    row = (
-        (
-            await conn.execute(
-                text("UPDATE users SET is_active = true WHERE id = :id RETURNING *"),
-                {"id": user_id},
-            )
-        )
-        .mappings()
-        .one_or_none()
-    )
+    row = await users.reactivate(conn, user_id)
     if row is None:
         raise Missing("user", user_id)
     await record(
@@ -179,19 +146,19 @@ async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
         user_id=user_id,
         details={"email": row["email"]},
     )
-    return dict(row)
+    return row
 
 
-def _model_details(row: Mapping[str, Any]) -> dict[str, Any]:
+def _model_details(model: ModelDraft | catalog.AgentModelRow) -> dict[str, Any]:
     """What the audit log keeps of a model: no credentials (the key is never stored; the URL
     loses user info and query)."""
     return {
-        "name": row["name"],
-        "provider": row["provider"],
-        "model": row["model"],
-        "baseUrl": redacted_url(row["base_url"]),
-        "apiKeyEnv": row["api_key_env"],
-        "isDefault": bool(row["is_default"]),
+        "name": model.name,
+        "provider": model.provider,
+        "model": model.model,
+        "baseUrl": redacted_url(model.base_url),
+        "apiKeyEnv": model.api_key_env,
+        "isDefault": bool(model.is_default),
     }
 
 
@@ -200,29 +167,12 @@ async def upsert_model(
 ) -> SavedModel:
     before = None
     if model_id is not None:
-        found = (
-            (
-                await conn.execute(
-                    text("SELECT * FROM agent_models WHERE id = :id FOR UPDATE"), {"id": model_id}
-                )
-            )
-            .mappings()
-            .one_or_none()
-        )
+        found = await catalog.lock_model(conn, model_id)
         if found is None:
             raise Missing("model", model_id)
-        before = _model_details(dict(found))
+        before = _model_details(found)
     saved = await _write_model(conn, model_id, draft)
-    after = _model_details(
-        {
-            "name": draft.name,
-            "provider": draft.provider,
-            "model": draft.model,
-            "base_url": draft.base_url,
-            "api_key_env": draft.api_key_env,
-            "is_default": draft.is_default,
-        }
-    )
+    after = _model_details(draft)
     details: dict[str, Any] = {"modelId": saved.id, "created": before is None, "model": after}
     if before is not None:
         details["changes"] = {
@@ -237,69 +187,41 @@ async def upsert_model(
 async def _write_model(
     conn: AsyncConnection, model_id: int | None, draft: ModelDraft
 ) -> SavedModel:
-    params = {
-        "name": draft.name,
-        "provider": draft.provider,
-        "model": draft.model,
-        "base_url": draft.base_url,
-        "api_key_env": draft.api_key_env,
-        "is_default": draft.is_default,
-        "max_concurrent_runs": None
-        if draft.keep_max_concurrent_runs
-        else draft.max_concurrent_runs,
-        "keep_limit": draft.keep_max_concurrent_runs,
-        "id": model_id,
-    }
+    limit = None if draft.keep_max_concurrent_runs else draft.max_concurrent_runs
     try:
         if draft.is_default:
             # One default at a time (a partial unique index); the new one takes the flag.
-            await conn.execute(
-                text(
-                    "UPDATE agent_models SET is_default = false"
-                    " WHERE is_default AND id IS DISTINCT FROM :id"
-                ),
-                {"id": model_id},
-            )
+            await catalog.clear_other_default(conn, model_id)
         if model_id is None:
-            created = (
-                await conn.execute(
-                    text(
-                        "INSERT INTO agent_models (name, provider, model, base_url, api_key_env,"
-                        " is_default, max_concurrent_runs)"
-                        " VALUES (:name, :provider, :model, :base_url, :api_key_env,"
-                        " :is_default, :max_concurrent_runs) RETURNING id, max_concurrent_runs"
-                    ),
-                    params,
-                )
-            ).one()
-            return SavedModel(int(created.id), None, created.max_concurrent_runs)
-        # The previous limit comes from the old row (a self-join sees it before the update).
-        updated = (
-            await conn.execute(
-                text(
-                    "UPDATE agent_models AS m SET name = :name, provider = :provider,"
-                    " model = :model, base_url = :base_url, api_key_env = :api_key_env,"
-                    " is_default = :is_default,"
-                    " max_concurrent_runs = CASE WHEN :keep_limit THEN m.max_concurrent_runs"
-                    " ELSE CAST(:max_concurrent_runs AS integer) END"
-                    " FROM agent_models AS old WHERE m.id = :id AND old.id = m.id"
-                    " RETURNING m.id, old.max_concurrent_runs AS previous, m.max_concurrent_runs"
-                ),
-                params,
+            saved = await catalog.insert_model(
+                conn,
+                name=draft.name,
+                provider=draft.provider,
+                model=draft.model,
+                base_url=draft.base_url,
+                api_key_env=draft.api_key_env,
+                is_default=draft.is_default,
+                max_concurrent_runs=limit,
             )
-        ).one_or_none()
+        else:
+            found = await catalog.update_model(
+                conn,
+                model_id,
+                name=draft.name,
+                provider=draft.provider,
+                model=draft.model,
+                base_url=draft.base_url,
+                api_key_env=draft.api_key_env,
+                is_default=draft.is_default,
+                max_concurrent_runs=limit,
+                keep_limit=draft.keep_max_concurrent_runs,
+            )
+            if found is None:
+                raise Missing("model", model_id)
+            saved = found
     except IntegrityError as exc:
         raise Contended("another default model was set at the same time; retry") from exc
-    if updated is None:
-        raise Missing("model", model_id or 0)
-    return SavedModel(int(updated.id), updated.previous, updated.max_concurrent_runs)
-
-
-# Price columns of agent_models by their GraphQL-side names (issue 17).
-PRICE_COLUMNS = {
-    "input_price_per_million": "input_price_per_million",
-    "output_price_per_million": "output_price_per_million",
-}
+    return SavedModel(saved.id, saved.previous, saved.limit)
 
 
 async def set_model_prices(
@@ -309,53 +231,30 @@ async def set_model_prices(
     cost they were given: it was fixed at their finish."""
     if not prices:
         return
-    assignments = ", ".join(f"{PRICE_COLUMNS[name]} = :{name}" for name in prices)
-    updated = (
-        await conn.execute(
-            text(f"UPDATE agent_models SET {assignments} WHERE id = :id RETURNING id"),
-            {**prices, "id": model_id},
-        )
-    ).scalar_one_or_none()
-    if updated is None:
+    if not await catalog.set_model_prices(conn, model_id, prices):
         raise Missing("model", model_id)
 
 
 async def remove_model(conn: AsyncConnection, model_id: int, *, actor_id: int) -> None:
     """Delete from the allowed list; the FK's SET NULL stops the agents that used it."""
-    deleted = (
-        (
-            await conn.execute(
-                text("DELETE FROM agent_models WHERE id = :id RETURNING *"), {"id": model_id}
-            )
-        )
-        .mappings()
-        .one_or_none()
-    )
+    deleted = await catalog.delete_model(conn, model_id)
     if deleted is None:
         raise Missing("model", model_id)
     await record(
         conn,
         actor_id,
         AuditAction.MODEL_REMOVED,
-        details={"modelId": model_id, "model": _model_details(dict(deleted))},
+        details={"modelId": model_id, "model": _model_details(deleted)},
     )
 
 
 async def set_tool_allowed(
     conn: AsyncConnection, tool_id: int, allowed: bool, *, actor_id: int
 ) -> None:
-    before = (
-        await conn.execute(
-            text("SELECT name, agents_allowed FROM tools WHERE id = :id FOR UPDATE"),
-            {"id": tool_id},
-        )
-    ).one_or_none()
+    before = await catalog.lock_tool(conn, tool_id)
     if before is None:
         raise Missing("tool", tool_id)
-    await conn.execute(
-        text("UPDATE tools SET agents_allowed = :allowed WHERE id = :id"),
-        {"id": tool_id, "allowed": allowed},
-    )
+    await catalog.set_tool_allowed(conn, tool_id, allowed)
     await record(
         conn,
         actor_id,

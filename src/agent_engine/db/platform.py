@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -84,23 +85,18 @@ def zone_or_utc(name: str | None) -> ZoneInfo:
         return ZoneInfo(DEFAULT_TIMEZONE)
 
 
+SELECT_SETTINGS = text("SELECT key, value FROM platform_settings")
+UPSERT_SETTING = text(
+    "INSERT INTO platform_settings (key, value, updated_at)"
+    " VALUES (:key, CAST(:value AS jsonb), now())"
+    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
+)
+
+
 async def load_platform_settings(conn: AsyncConnection) -> PlatformSettings:
-    rows = await conn.execute(text("SELECT key, value FROM platform_settings"))
+    rows = await conn.execute(SELECT_SETTINGS)
     return PlatformSettings.from_rows({key: value for key, value in rows})
 
 
 async def write_platform_setting(conn: AsyncConnection, key: str, value: Any) -> None:
-    await conn.execute(
-        text(
-            "INSERT INTO platform_settings (key, value, updated_at)"
-            " VALUES (:key, CAST(:value AS jsonb), now())"
-            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
-        ),
-        {"key": key, "value": _json(value)},
-    )
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
+    await conn.execute(UPSERT_SETTING, {"key": key, "value": json.dumps(value)})

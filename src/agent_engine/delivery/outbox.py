@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import deliveries
 from agent_engine.delivery.signing import SecretProblem, body_bytes, load_secret, signed_headers
 from agent_engine.domain.delivery import (
     ATTEMPT_TIMEOUT,
@@ -44,34 +43,6 @@ DISPATCH_LIMIT = 500
 ERROR_BODY_CHARS = 300
 USER_AGENT = "agent-engine-webhooks/1"
 
-_IN_FLIGHT_SQL = text(
-    "SELECT target_id, count(*) AS n FROM run_deliveries"
-    " WHERE status = 'pending' AND leased_until > :now GROUP BY target_id"
-)
-_DUE_SQL = text(
-    "SELECT id, target_id FROM run_deliveries"
-    " WHERE status = 'pending' AND next_attempt_at <= :now"
-    " AND (leased_until IS NULL OR leased_until <= :now)"
-    " ORDER BY next_attempt_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
-)
-_LEASE_SQL = text(
-    "UPDATE run_deliveries SET lease_token = t.token, leased_until = :until"
-    " FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[])) AS t(id, token)"
-    " WHERE run_deliveries.id = t.id"
-)
-_LOAD_SQL = text(
-    "SELECT d.id, d.webhook_id, d.payload, d.attempts, t.url, t.secret_env"
-    " FROM run_deliveries d JOIN delivery_targets t ON t.id = d.target_id"
-    " WHERE d.id = :id AND d.status = 'pending' AND d.lease_token = :token"
-)
-_RECORD_SQL = text(
-    "UPDATE run_deliveries SET status = :status, attempts = attempts + 1,"
-    " last_status_code = :code, last_error = :error, delivered_at = :delivered_at,"
-    " next_attempt_at = :next_at, finished_at = :finished_at,"
-    " lease_token = NULL, leased_until = NULL"
-    " WHERE id = :id AND status = 'pending' AND lease_token = :token"
-)
-
 
 async def dispatch_due(
     engine: AsyncEngine,
@@ -84,18 +55,15 @@ async def dispatch_due(
 ) -> list[int]:
     """Lease the due deliveries (within each target's concurrency) and send their messages."""
     async with engine.begin() as conn:
-        in_flight = Counter(
-            {int(r.target_id): int(r.n) for r in await conn.execute(_IN_FLIGHT_SQL, {"now": now})}
-        )
+        in_flight = await deliveries.in_flight_by_target(conn, now=now)
         chosen: list[int] = []
-        for row in await conn.execute(_DUE_SQL, {"now": now, "limit": limit}):
-            target = int(row.target_id)
-            if in_flight[target] < per_target:
-                in_flight[target] += 1
-                chosen.append(int(row.id))
+        for due in await deliveries.lock_due(conn, now=now, limit=limit):
+            if in_flight[due.target_id] < per_target:
+                in_flight[due.target_id] += 1
+                chosen.append(due.id)
         tokens = [uuid.uuid4().hex for _ in chosen]
         if chosen:
-            await conn.execute(_LEASE_SQL, {"ids": chosen, "tokens": tokens, "until": now + lease})
+            await deliveries.lease(conn, chosen, tokens, until=now + lease)
     for delivery_id, token in zip(chosen, tokens, strict=True):
         try:
             enqueue(delivery_id, token)
@@ -125,31 +93,27 @@ async def deliver(
 ) -> Attempt | None:
     """One attempt of a leased delivery; None when the lease is no longer this message's."""
     async with engine.connect() as conn:
-        row = (
-            (await conn.execute(_LOAD_SQL, {"id": delivery_id, "token": token}))
-            .mappings()
-            .one_or_none()
-        )
+        row = await deliveries.load_leased(conn, delivery_id, token)
     if row is None:
         return None
-    attempt_number = int(row["attempts"]) + 1
+    attempt_number = row.attempts + 1
     try:
-        webhook = load_secret(row["secret_env"], environ)
+        webhook = load_secret(row.secret_env, environ)
     except SecretProblem as exc:
         # A configuration error, not a receiver's hiccup: retrying would not help.
         attempt = Attempt(DeliveryStatus.FAILED, None, str(exc))
         await _record(engine, delivery_id, token, attempt, now=now_fn(), next_at=None)
         return attempt
     at = now_fn().astimezone(UTC)
-    body = body_bytes(row["payload"])
+    body = body_bytes(row.payload)
     headers = {
-        **signed_headers(webhook, row["webhook_id"], at, body),
+        **signed_headers(webhook, row.webhook_id, at, body),
         "user-agent": USER_AGENT,
     }
     code: int | None = None
     try:
         response = await client.post(
-            row["url"], content=body, headers=headers, timeout=attempt_timeout.total_seconds()
+            row.url, content=body, headers=headers, timeout=attempt_timeout.total_seconds()
         )
         code = response.status_code
         if 200 <= code < 300:
@@ -196,16 +160,14 @@ async def _record(
 ) -> None:
     finished = attempt.status is not DeliveryStatus.PENDING
     async with engine.begin() as conn:
-        await conn.execute(
-            _RECORD_SQL,
-            {
-                "id": delivery_id,
-                "token": token,
-                "status": str(attempt.status),
-                "code": attempt.status_code,
-                "error": attempt.error,
-                "delivered_at": now if attempt.status is DeliveryStatus.DELIVERED else None,
-                "next_at": next_at,
-                "finished_at": now if finished else None,
-            },
+        await deliveries.record_attempt(
+            conn,
+            delivery_id,
+            token,
+            status=str(attempt.status),
+            status_code=attempt.status_code,
+            error=attempt.error,
+            delivered_at=now if attempt.status is DeliveryStatus.DELIVERED else None,
+            next_attempt_at=next_at,
+            finished_at=now if finished else None,
         )

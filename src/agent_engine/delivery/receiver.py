@@ -10,13 +10,10 @@ that does not verify is answered 401 and recorded as such.
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import uvicorn
@@ -27,9 +24,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from agent_engine.delivery.signing import signer
-
-STARTUP_TIMEOUT_SECONDS = 10.0
-SHUTDOWN_TIMEOUT_SECONDS = 10.0
+from agent_engine.server_thread import ServerThread
 
 
 @dataclass(frozen=True)
@@ -48,8 +43,11 @@ class Received:
         return self.headers.get("webhook-id")
 
 
-class WebhookReceiver:
+class WebhookReceiver(ServerThread):
     """`POST /` (any path) verified with `secret`; runs Uvicorn in a background thread."""
+
+    thread_name = "webhook-receiver"
+    description = "the webhook receiver"
 
     def __init__(
         self,
@@ -60,17 +58,12 @@ class WebhookReceiver:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(host=host, port=port)
         self._webhook = signer(secret)
         self._statuses: deque[int] = deque(statuses)
         self._on_delivery = on_delivery
-        self._host = host
-        self._requested_port = port
         self._lock = threading.Lock()
         self._received: list[Received] = []
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._socket: socket.socket | None = None
-        self.port: int | None = None
 
     @property
     def url(self) -> str:
@@ -111,49 +104,6 @@ class WebhookReceiver:
     def serve_forever(self) -> None:
         """Serve in this thread until interrupted (the command line)."""
         uvicorn.run(self.app(), host=self._host, port=self._requested_port, log_level="warning")
-
-    def start(self) -> WebhookReceiver:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._requested_port))
-        self._socket = sock
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name="webhook-receiver",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the webhook receiver did not start")
-            time.sleep(0.005)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(SHUTDOWN_TIMEOUT_SECONDS)
-        if self._socket is not None:
-            self._socket.close()
-        self._server = self._thread = self._socket = None
-
-    def __enter__(self) -> WebhookReceiver:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def describe(received: Received) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents.errors import DefinitionError, Missing
+from agent_engine.db import deliveries
 
 
 @dataclass(frozen=True)
@@ -28,44 +28,22 @@ class TargetsNotAvailable(DefinitionError):
         self.target_ids = target_ids
 
 
-_INSERT = text(
-    "INSERT INTO delivery_targets (name, url, secret_env, enabled)"
-    " VALUES (:name, :url, :secret_env, :enabled) RETURNING id"
-)
-_UPDATE = text(
-    "UPDATE delivery_targets SET name = :name, url = :url, secret_env = :secret_env,"
-    " enabled = :enabled, updated_at = now() WHERE id = :id RETURNING id"
-)
-_DELETE = text("DELETE FROM delivery_targets WHERE id = :id RETURNING id")
-_ENABLED = text(
-    "SELECT id FROM delivery_targets WHERE id = ANY(CAST(:ids AS bigint[])) AND enabled"
-)
-_CLEAR = text("DELETE FROM agent_delivery_targets WHERE agent_id = :agent_id")
-_ATTACH = text(
-    "INSERT INTO agent_delivery_targets (agent_id, target_id)"
-    " SELECT :agent_id, unnest(CAST(:ids AS bigint[])) ON CONFLICT DO NOTHING"
-)
-
-
 async def upsert_target(conn: AsyncConnection, target_id: int | None, draft: TargetDraft) -> int:
-    params = {
-        "id": target_id,
-        "name": draft.name,
-        "url": draft.url,
-        "secret_env": draft.secret_env,
-        "enabled": draft.enabled,
-    }
+    name, url, secret_env, enabled = draft.name, draft.url, draft.secret_env, draft.enabled
     if target_id is None:
-        return int((await conn.execute(_INSERT, params)).scalar_one())
-    found = (await conn.execute(_UPDATE, params)).scalar_one_or_none()
-    if found is None:
+        return await deliveries.insert_target(
+            conn, name=name, url=url, secret_env=secret_env, enabled=enabled
+        )
+    if not await deliveries.update_target(
+        conn, target_id, name=name, url=url, secret_env=secret_env, enabled=enabled
+    ):
         raise Missing("delivery target", target_id)
-    return int(found)
+    return target_id
 
 
 async def remove_target(conn: AsyncConnection, target_id: int) -> None:
     """Agents lose it from their selection (and its deliveries go with it: FK CASCADE)."""
-    if (await conn.execute(_DELETE, {"id": target_id})).scalar_one_or_none() is None:
+    if not await deliveries.delete_target(conn, target_id):
         raise Missing("delivery target", target_id)
 
 
@@ -77,10 +55,8 @@ async def set_agent_targets(
     if wanted:
         # Locks nothing: a target disabled a moment later still receives; one removed a moment
         # later makes the insert fail on its foreign key (a CONFLICT for the caller).
-        enabled = {int(r.id) for r in await conn.execute(_ENABLED, {"ids": wanted})}
+        enabled = await deliveries.enabled_targets(conn, wanted)
         refused = [t for t in wanted if t not in enabled]
         if refused:
             raise TargetsNotAvailable(refused)
-    await conn.execute(_CLEAR, {"agent_id": agent_id})
-    if wanted:
-        await conn.execute(_ATTACH, {"agent_id": agent_id, "ids": wanted})
+    await deliveries.replace_agent_targets(conn, agent_id, wanted)

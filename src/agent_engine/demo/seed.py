@@ -6,22 +6,25 @@ allowed, a handful of sample knowledge documents (public) and one sample schedul
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db.platform import load_platform_settings, zone_or_utc
+from agent_engine.db import agents as agents_db
+from agent_engine.db import catalog, users
+from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.schedule import first_slot, parse_schedule
+from agent_engine.knowledge.importer import import_paths
+from agent_engine.runtime.tools.registry import sync_tool_catalog
 
 DEMO_OWNER_ID = 1
 DEMO_ADMIN_ID = 2
 DEMO_MODEL_NAME = "Builtin digest (offline)"
 DEMO_AGENT_NAME = "Weekly release digest"
 DEMO_AGENT_PROMPT = "release process on-call"
+DEMO_AGENT_DESCRIPTION = "Digest of the release and on-call pages, every 6 hours."
 DEMO_SCHEDULE = {"type": "interval", "every_hours": 6}
 KNOWLEDGE_DIR = Path(__file__).parent / "knowledge"
 
@@ -35,79 +38,45 @@ class DemoIds:
 
 
 async def seed_demo(engine: AsyncEngine, *, now: datetime) -> DemoIds:
-    from agent_engine.knowledge.importer import import_paths
-    from agent_engine.runtime.tools.registry import sync_tool_catalog
-
     async with engine.begin() as conn:
         for user_id, email, name in (
             (DEMO_OWNER_ID, "owner@example.com", "Demo Owner"),
             (DEMO_ADMIN_ID, "admin@example.com", "Demo Admin"),
         ):
-            await conn.execute(
-                text(
-                    "INSERT INTO users (id, email, display_name, timezone)"
-                    " VALUES (:id, :email, :name, 'UTC') ON CONFLICT (id) DO NOTHING"
-                ),
-                {"id": user_id, "email": email, "name": name},
-            )
-        model_id = (
-            await conn.execute(
-                text("SELECT id FROM agent_models WHERE provider = 'builtin' ORDER BY id LIMIT 1")
-            )
-        ).scalar()
+            await users.ensure_user(conn, user_id, email=email, name=name, timezone="UTC")
+        model_id = await catalog.first_builtin_model(conn)
         if model_id is None:
-            has_default = (
-                await conn.execute(text("SELECT 1 FROM agent_models WHERE is_default"))
-            ).scalar()
-            model_id = (
-                await conn.execute(
-                    text(
-                        "INSERT INTO agent_models (name, provider, model, is_default)"
-                        " VALUES (:name, 'builtin', 'builtin-digest', :default) RETURNING id"
-                    ),
-                    {"name": DEMO_MODEL_NAME, "default": has_default is None},
-                )
-            ).scalar_one()
+            has_default = await catalog.has_default_model(conn)
+            created = await catalog.insert_model(
+                conn,
+                name=DEMO_MODEL_NAME,
+                provider="builtin",
+                model="builtin-digest",
+                is_default=not has_default,
+            )
+            model_id = created.id
         await sync_tool_catalog(conn)
         # The demo allows the shipped optional tools once; an admin's later choice is kept.
-        first_seed = (
-            await conn.execute(
-                text("SELECT 1 FROM agents WHERE user_id = :u AND name = :n"),
-                {"u": DEMO_OWNER_ID, "n": DEMO_AGENT_NAME},
-            )
-        ).scalar() is None
-        if first_seed:
-            await conn.execute(text("UPDATE tools SET agents_allowed = true"))
+        if await agents_db.find_agent_by_name(conn, DEMO_OWNER_ID, DEMO_AGENT_NAME) is None:
+            await catalog.allow_all_tools(conn)
     await import_paths(engine, [KNOWLEDGE_DIR], owner_id=None, public=True, progress=False)
 
     async with engine.begin() as conn:
-        agent_id = (
-            await conn.execute(
-                text("SELECT id FROM agents WHERE user_id = :u AND name = :n"),
-                {"u": DEMO_OWNER_ID, "n": DEMO_AGENT_NAME},
-            )
-        ).scalar()
+        agent_id = await agents_db.find_agent_by_name(conn, DEMO_OWNER_ID, DEMO_AGENT_NAME)
         if agent_id is None:
             platform = await load_platform_settings(conn)
             schedule = parse_schedule(DEMO_SCHEDULE)
             assert schedule is not None
-            next_run_at = first_slot(schedule, now=now, zone=zone_or_utc(platform.timezone))
-            agent_id = (
-                await conn.execute(
-                    text(
-                        "INSERT INTO agents (user_id, name, description, prompt, schedule,"
-                        " model_id, next_run_at) VALUES (:u, :n, :d, :p, CAST(:s AS jsonb),"
-                        " :m, :next) RETURNING id"
-                    ),
-                    {
-                        "u": DEMO_OWNER_ID,
-                        "n": DEMO_AGENT_NAME,
-                        "d": "Digest of the release and on-call pages, every 6 hours.",
-                        "p": DEMO_AGENT_PROMPT,
-                        "s": json.dumps(DEMO_SCHEDULE),
-                        "m": model_id,
-                        "next": next_run_at,
-                    },
-                )
-            ).scalar_one()
-    return DemoIds(DEMO_OWNER_ID, DEMO_ADMIN_ID, int(model_id), int(agent_id))
+            agent_id = await agents_db.insert_agent(
+                conn,
+                user_id=DEMO_OWNER_ID,
+                name=DEMO_AGENT_NAME,
+                description=DEMO_AGENT_DESCRIPTION,
+                prompt=DEMO_AGENT_PROMPT,
+                schedule=DEMO_SCHEDULE,
+                model_id=model_id,
+                enabled=True,
+                next_run_at=first_slot(schedule, now=now, zone=platform.zone),
+                meta=None,
+            )
+    return DemoIds(DEMO_OWNER_ID, DEMO_ADMIN_ID, model_id, agent_id)

@@ -4,9 +4,8 @@ Two kinds, deliberately:
 - Cluster-wide facts read from PostgreSQL at scrape time (runs by state and reason, tokens spent,
   run duration quantiles, scheduler lag, stale runs reaped, the oldest queued run and the oldest
   heartbeat; from `engine_activity` the ticks and pruned runs). The journal is the source of
-  truth and any api replica reports the same numbers, however many workers ran the runs. Every
-  query is bounded by an index (the budget window on `finished_at`, the partial unfinished-run
-  index, the due-scan index), so a scrape stays cheap on a large journal.
+  truth and any api replica reports the same numbers, however many workers ran the runs. The
+  statements, each bounded by an index, are in `db/metrics.py`.
 - Process-local instruments of the api (active subscriptions, GraphQL requests, HTTP requests by
   route and status with their latency, see `observability/http.py`).
 """
@@ -18,13 +17,11 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import metrics as facts
 from agent_engine.db.activity import RUNS_PRUNED, TICK_PREFIX
-
-# Runs finished this long ago still count in the "recent" families.
-RECENT_WINDOW = "1 hour"
+from agent_engine.db.metrics import RECENT_WINDOW
 
 REGISTRY = CollectorRegistry()
 ACTIVE_SUBSCRIPTIONS = Gauge(
@@ -52,68 +49,6 @@ HTTP_REQUEST_DURATION = Histogram(
 )
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-_SNAPSHOT_SQL = text(
-    f"""
-    WITH recent AS (
-        SELECT state, reason, tokens_used,
-               EXTRACT(EPOCH FROM finished_at - started_at) AS seconds
-        FROM agent_runs
-        WHERE finished_at >= now() - interval '{RECENT_WINDOW}'
-    )
-    SELECT 'finished' AS kind, state, reason, count(*)::float8 AS value FROM recent
-        GROUP BY state, reason
-    UNION ALL
-    SELECT 'unfinished', state, NULL, count(*)::float8 FROM agent_runs
-        WHERE state IN ('queued', 'running') GROUP BY state
-    UNION ALL
-    SELECT 'tokens', NULL, NULL, coalesce(sum(tokens_used), 0)::float8 FROM recent
-    UNION ALL
-    SELECT 'duration_q', NULL, q::text,
-           coalesce(percentile_cont(q) WITHIN GROUP (ORDER BY seconds), 0)::float8
-        FROM recent, unnest(ARRAY[0.5, 0.9, 0.99]) AS q
-        WHERE seconds IS NOT NULL GROUP BY q
-    UNION ALL
-    SELECT 'lag', NULL, NULL,
-           coalesce(EXTRACT(EPOCH FROM now() - min(next_run_at)), 0)::float8
-        FROM agents WHERE next_run_at IS NOT NULL AND next_run_at <= now()
-    UNION ALL
-    SELECT 'queue_age', NULL, NULL,
-           coalesce(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
-        FROM agent_runs WHERE state = 'queued'
-    UNION ALL
-    SELECT 'heartbeat_age', NULL, NULL,
-           coalesce(EXTRACT(EPOCH FROM now() - min(coalesce(heartbeat_at, started_at))), 0)::float8
-        FROM agent_runs WHERE state = 'running'
-    UNION ALL
-    SELECT 'activity_count', name, NULL, count::float8 FROM engine_activity
-    UNION ALL
-    SELECT 'activity_age', name, NULL, EXTRACT(EPOCH FROM now() - last_at)::float8
-        FROM engine_activity WHERE last_at IS NOT NULL
-    """
-)
-
-
-# Budget alerts ever recorded, by threshold: a counter read from the table (a few rows per owner
-# and week), so every replica reports the same, whichever worker recorded them.
-_BUDGET_ALERTS_SQL = text("SELECT percent, count(*) FROM budget_alerts GROUP BY percent")
-
-# Deliveries (the outbox): pending ones now (and how many are overdue, i.e. not sent when due --
-# no clock or no worker on the `deliveries` queue), and those finished in the recent window by
-# outcome. Index-backed: the partial due index and the partial finished_at index.
-_DELIVERIES_SQL = text(
-    f"""
-    SELECT 'pending' AS kind, NULL AS status, count(*)::float8 AS value
-        FROM run_deliveries WHERE status = 'pending'
-    UNION ALL
-    SELECT 'overdue', NULL, count(*)::float8 FROM run_deliveries
-        WHERE status = 'pending' AND next_attempt_at < now() - interval '1 minute'
-        AND (leased_until IS NULL OR leased_until < now())
-    UNION ALL
-    SELECT 'finished', status, count(*)::float8 FROM run_deliveries
-        WHERE finished_at >= now() - interval '{RECENT_WINDOW}' GROUP BY status
-    """
-)
-
 
 async def deliveries_snapshot(conn: AsyncConnection) -> list[Metric]:
     pending = GaugeMetricFamily(
@@ -130,11 +65,11 @@ async def deliveries_snapshot(conn: AsyncConnection) -> list[Metric]:
     )
     counts = {"pending": 0.0, "overdue": 0.0}
     by_status = {"delivered": 0.0, "failed": 0.0}
-    for kind, status, value in await conn.execute(_DELIVERIES_SQL):
-        if kind == "finished":
-            by_status[status] = value
+    for fact in await facts.deliveries_snapshot(conn):
+        if fact.kind == "finished":
+            by_status[fact.label or ""] = fact.value
         else:
-            counts[kind] = value
+            counts[fact.kind] = fact.value
     pending.add_metric([], counts["pending"])
     overdue.add_metric([], counts["overdue"])
     for status, value in by_status.items():
@@ -199,7 +134,8 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
     pruned_total = 0.0
     queue_age_seconds = 0.0
     heartbeat_age_seconds = 0.0
-    for kind, state, reason, value in await conn.execute(_SNAPSHOT_SQL):
+    for fact in await facts.runs_snapshot(conn):
+        kind, state, reason, value = fact.kind, fact.label or "", fact.detail, fact.value
         if kind == "finished":
             finished.add_metric([state, reason or ""], value)
             if state == "failed" and reason == "stale":
@@ -209,7 +145,7 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
         elif kind == "tokens":
             token_total = value
         elif kind == "duration_q":
-            duration.add_metric([reason], value)
+            duration.add_metric([reason or ""], value)
         elif kind == "lag":
             lag_seconds = max(0.0, value)
         elif kind == "queue_age":
@@ -230,7 +166,7 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
         "Budget alerts recorded (an owner's week crossed a threshold of the cap), by percent.",
         labels=["percent"],
     )
-    for percent, count in await conn.execute(_BUDGET_ALERTS_SQL):
+    for percent, count in (await facts.budget_alerts_by_percent(conn)).items():
         alerts.add_metric([str(percent)], float(count))
     queue_age.add_metric([], queue_age_seconds)
     heartbeat_age.add_metric([], heartbeat_age_seconds)

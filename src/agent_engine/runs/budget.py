@@ -2,7 +2,7 @@
 
 `SUM(tokens_used)` over the runs of all the owner's agents whose `finished_at` falls in the current
 week of the organisation zone, against the cap read from `platform_settings` at that moment. The
-sum is served by `ix_agent_runs_budget (agent_id, finished_at) INCLUDE (tokens_used)`.
+sum is `db.spend.spent_tokens`.
 """
 
 from __future__ import annotations
@@ -10,19 +10,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
-from agent_engine.domain.budget import Budget, BudgetWindow, week_window
-
-_SPENT_BY_OWNER_SQL = text(
-    "SELECT a.user_id, COALESCE(SUM(r.tokens_used), 0) AS used"
-    " FROM agents a JOIN agent_runs r ON r.agent_id = a.id"
-    " WHERE a.user_id = ANY(CAST(:owner_ids AS bigint[]))"
-    " AND r.finished_at >= :start AND r.finished_at < :end"
-    " GROUP BY a.user_id"
-)
+from agent_engine.db.spend import spent_tokens
+from agent_engine.domain.budget import Budget, week_window
 
 
 async def owner_budget(conn: AsyncConnection, owner_id: int, *, now: datetime) -> Budget:
@@ -51,19 +43,6 @@ async def owners_budgets(
         )
         for owner_id in owner_ids
     }
-
-
-async def spent_tokens(
-    conn: AsyncConnection, owner_ids: Collection[int], *, window: BudgetWindow
-) -> dict[int, int]:
-    """Tokens spent per owner in the window; owners with no finished runs are absent."""
-    if not owner_ids:
-        return {}
-    rows = await conn.execute(
-        _SPENT_BY_OWNER_SQL,
-        {"owner_ids": list(owner_ids), "start": window.start, "end": window.end},
-    )
-    return {int(owner_id): int(used) for owner_id, used in rows}
 
 
 async def owners_over_budget(

@@ -1,4 +1,4 @@
-"""Stopping a run (cancelRun, DESIGN §10).
+"""Stopping a run (cancelRun).
 
 The API side is one compare-and-set: a `queued` or `running` run becomes `failed`/`cancelled` at
 once, with the tokens spent so far (the larger of the last heartbeat and the recorded model calls),
@@ -22,10 +22,10 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
+from agent_engine.db import runs as runs_sql
 from agent_engine.settings import to_libpq_url
 
 log = logging.getLogger(__name__)
@@ -38,19 +38,6 @@ PROBE_SECONDS = 5.0
 # cancels of unwatched runs this long (and at most this many), and honour them in `watch`.
 RECENT_CANCEL_SECONDS = 60.0
 RECENT_CANCELS_MAX = 10_000
-
-# The tokens so far: the heartbeat's count or the recorded model calls', whichever is larger (the
-# database's token-split trigger then splits them as the recorded calls did).
-_CANCEL_SQL = text(
-    "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
-    " finished_at = :now, tokens_used = GREATEST(tokens_used,"
-    "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
-    "    WHERE run_id = :run_id))"
-    " WHERE id = :run_id AND state IN ('queued', 'running')"
-    " RETURNING *"
-)
-_NOTIFY_SQL = text("SELECT pg_notify(:channel, :payload)")
-_STATE_SQL = text("SELECT state FROM agent_runs WHERE id = :run_id")
 
 
 class RunFinished(Exception):
@@ -82,18 +69,18 @@ async def cancel_run(
     recorded in the audit log in the same transaction."""
     async with engine.begin() as conn:
         row = (
-            (await conn.execute(_CANCEL_SQL, {"run_id": run_id, "now": now, "error": error}))
+            (await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "now": now, "error": error}))
             .mappings()
             .one_or_none()
         )
         if row is None:
-            state = (await conn.execute(_STATE_SQL, {"run_id": run_id})).scalar()
+            state = (await conn.execute(runs_sql.STATE_OF, {"run_id": run_id})).scalar()
             if state is None:
                 raise RunMissing(run_id)
             raise RunFinished(run_id, str(state))
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
-        await conn.execute(_NOTIFY_SQL, {"channel": CHANNEL, "payload": str(run_id)})
+        await conn.execute(runs_sql.NOTIFY, {"channel": CHANNEL, "payload": str(run_id)})
         if audited_actor_id is not None:
             await audit.record(
                 conn,
@@ -166,13 +153,7 @@ class CancelWatcher:
         if not self._watched or self._checker is None:
             return
         async with self._checker.connect() as conn:
-            result = await conn.execute(
-                text(
-                    "SELECT id FROM agent_runs WHERE id = ANY(CAST(:ids AS bigint[]))"
-                    " AND state <> 'running'"
-                ),
-                {"ids": list(self._watched)},
-            )
+            result = await conn.execute(runs_sql.NOT_RUNNING, {"ids": list(self._watched)})
             for row in result:
                 self._cancel(int(row.id))
 

@@ -19,56 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.db import model_slots as slots_sql
 from agent_engine.runs.request import Enqueue, send_after_commit
-
-# A separate statement from the count: in READ COMMITTED the count must run after the lock is
-# held, with a new snapshot that sees the claims committed by the previous holder.
-_LOCK_MODEL_SQL = text(
-    "SELECT max_concurrent_runs FROM agent_models WHERE id = :model_id FOR NO KEY UPDATE"
-)
-
-# Both counts read the small partial index on unfinished runs. `ahead` stops at the limit.
-_OCCUPANCY_SQL = text(
-    "SELECT"
-    " (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running')"
-    " AS running,"
-    " (SELECT count(*) FROM (SELECT 1 FROM agent_runs"
-    "   WHERE model_id = :model_id AND state = 'queued' AND id < :run_id"
-    "   ORDER BY id LIMIT :limit) AS older) AS ahead"
-)
-
-# The oldest queued runs of the model, as many as it has free slots; none for a model without a
-# limit (its runs never wait for a slot, their own messages are on the way).
-_NEXT_WAITING_SQL = text(
-    "SELECT id FROM agent_runs"
-    " WHERE model_id = :model_id AND state = 'queued'"
-    " ORDER BY id"
-    " LIMIT GREATEST(COALESCE("
-    "   (SELECT max_concurrent_runs FROM agent_models WHERE id = :model_id)"
-    "   - (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running'),"
-    "   0), 0)"
-)
-
-# A lifted limit: every queued run of the model may start.
-_ALL_WAITING_SQL = text(
-    "SELECT id FROM agent_runs WHERE model_id = :model_id AND state = 'queued' ORDER BY id"
-)
-
-# The reaper's pass over every limited model: the oldest queued runs older than :cutoff, up to
-# each model's free slots.
-_WAITING_WITH_FREE_SLOTS_SQL = text(
-    "SELECT w.id FROM agent_models m"
-    " CROSS JOIN LATERAL (SELECT count(*) AS n FROM agent_runs r"
-    "   WHERE r.model_id = m.id AND r.state = 'running') AS busy"
-    " CROSS JOIN LATERAL (SELECT r.id FROM agent_runs r"
-    "   WHERE r.model_id = m.id AND r.state = 'queued' AND r.created_at < :cutoff"
-    "   ORDER BY r.id LIMIT GREATEST(m.max_concurrent_runs - busy.n, 0)) AS w"
-    " WHERE m.max_concurrent_runs IS NOT NULL"
-    " ORDER BY w.id"
-)
 
 
 @dataclass(frozen=True)
@@ -89,12 +44,14 @@ async def admit(
     """
     if limit is None:
         return Admission(admitted=True, limit=None)
-    locked = (await conn.execute(_LOCK_MODEL_SQL, {"model_id": model_id})).one_or_none()
+    locked = (await conn.execute(slots_sql.LOCK_MODEL, {"model_id": model_id})).one_or_none()
     limit = locked.max_concurrent_runs if locked is not None else None
     if limit is None:  # the limit was lifted (or the model removed) since the claim's read
         return Admission(admitted=True, limit=None)
     row = (
-        await conn.execute(_OCCUPANCY_SQL, {"model_id": model_id, "run_id": run_id, "limit": limit})
+        await conn.execute(
+            slots_sql.OCCUPANCY, {"model_id": model_id, "run_id": run_id, "limit": limit}
+        )
     ).one()
     running, ahead = int(row.running), int(row.ahead)
     return Admission(admitted=running + ahead < limit, limit=limit, running=running, ahead=ahead)
@@ -105,14 +62,14 @@ async def hand_on_slots(engine: AsyncEngine, model_id: int, *, enqueue: Enqueue)
 
     Called after something freed a slot or raised the limit; returns the runs it sent.
     """
-    return await _send_waiting(engine, _NEXT_WAITING_SQL, model_id, enqueue)
+    return await _send_waiting(engine, slots_sql.NEXT_WAITING, model_id, enqueue)
 
 
 async def wake_after_limit_change(
     engine: AsyncEngine, model_id: int, *, limit: int | None, enqueue: Enqueue
 ) -> list[int]:
     """The admin raised the model's limit (new slots) or lifted it (every queued run may start)."""
-    statement = _ALL_WAITING_SQL if limit is None else _NEXT_WAITING_SQL
+    statement = slots_sql.ALL_WAITING if limit is None else slots_sql.NEXT_WAITING
     return await _send_waiting(engine, statement, model_id, enqueue)
 
 
@@ -129,5 +86,5 @@ async def _send_waiting(
 
 async def waiting_with_free_slots(conn: AsyncConnection, *, cutoff: datetime) -> list[int]:
     """For the reaper: runs of limited models queued since before `cutoff` that have a slot."""
-    result = await conn.execute(_WAITING_WITH_FREE_SLOTS_SQL, {"cutoff": cutoff})
+    result = await conn.execute(slots_sql.WAITING_WITH_FREE_SLOTS, {"cutoff": cutoff})
     return [int(row.id) for row in result]

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents.deletion import purge_hidden_agents
+from agent_engine.db import runs as runs_sql
 from agent_engine.domain.runs import STALE_AFTER
 from agent_engine.runs import model_slots
 from agent_engine.runs.request import Enqueue, send_after_commit
@@ -36,49 +36,8 @@ QUEUED_FAIL_AFTER = timedelta(hours=1)
 # How long a queued run of a model with maxConcurrentRuns may wait for a slot.
 MODEL_SLOT_WAIT = timedelta(hours=24)
 
-_REAP_RUNNING_SQL = text(
-    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now(),"
-    " error = :error"
-    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at)"
-    " < now() - make_interval(secs => :stale_after_seconds)"
-    " RETURNING id"
-)
-
-# Whether a queued run belongs to a model with a concurrency limit (it may be waiting for a slot).
-_OF_LIMITED_MODEL = (
-    "EXISTS (SELECT 1 FROM agent_models m"
-    " WHERE m.id = agent_runs.model_id AND m.max_concurrent_runs IS NOT NULL)"
-)
-
-_REAP_QUEUED_SQL = text(
-    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
-    " error = :error"
-    " WHERE state = 'queued' AND created_at < :cutoff AND NOT "
-    + _OF_LIMITED_MODEL
-    + " RETURNING id"
-)
-
-_REAP_WAITING_SQL = text(
-    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
-    " error = :error"
-    " WHERE state = 'queued' AND created_at < :cutoff AND " + _OF_LIMITED_MODEL + " RETURNING id"
-)
-
 # The most re-sends one tick makes (oldest first); the rest go out on the next ticks.
 RESEND_LIMIT_PER_TICK = 1000
-
-# Due for a re-send when the time since the last send is at least the longer of `resend_after`
-# and how long the run had waited at that send (the back-off doubles). SKIP LOCKED: a run being
-# claimed right now needs no message, and concurrent reapers take different runs. Runs of a
-# limited model are handed their slot by `model_slots` instead.
-_CLAIM_RESENDS_SQL = text(
-    "UPDATE agent_runs SET last_sent_at = :now WHERE id IN ("
-    " SELECT id FROM agent_runs WHERE state = 'queued'"
-    " AND CAST(:now AS timestamptz) - COALESCE(last_sent_at, created_at) >= GREATEST("
-    "   CAST(:resend_after AS interval), COALESCE(last_sent_at, created_at) - created_at)"
-    " AND NOT " + _OF_LIMITED_MODEL + " ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED)"
-    " RETURNING id"
-)
 
 
 @dataclass(frozen=True)
@@ -101,7 +60,7 @@ async def reap_stale_runs(
 ) -> ReapResult:
     async with engine.begin() as conn:
         running = await conn.execute(
-            _REAP_RUNNING_SQL,
+            runs_sql.REAP_RUNNING,
             {
                 "stale_after_seconds": stale_after.total_seconds(),
                 "error": f"no heartbeat for {stale_after.total_seconds():g} s: the worker is gone",
@@ -109,7 +68,7 @@ async def reap_stale_runs(
         )
         failed_running = sorted(int(r.id) for r in running)
         queued = await conn.execute(
-            _REAP_QUEUED_SQL,
+            runs_sql.REAP_QUEUED,
             {
                 "now": now,
                 "cutoff": now - fail_after,
@@ -117,7 +76,7 @@ async def reap_stale_runs(
             },
         )
         waited = await conn.execute(
-            _REAP_WAITING_SQL,
+            runs_sql.REAP_WAITING,
             {
                 "now": now,
                 "cutoff": now - slot_wait,
@@ -127,7 +86,7 @@ async def reap_stale_runs(
         )
         failed_queued = sorted([int(r.id) for r in queued] + [int(r.id) for r in waited])
         claimed = await conn.execute(
-            _CLAIM_RESENDS_SQL,
+            runs_sql.CLAIM_RESENDS,
             {"now": now, "resend_after": resend_after, "limit": RESEND_LIMIT_PER_TICK},
         )
         resent = sorted(int(r.id) for r in claimed)

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.gate import AgentNotStartable, closed_lock
 from agent_engine.domain.runs import RunState, RunTrigger
@@ -44,16 +44,6 @@ class AgentNotFound(Exception):
         self.agent_id = agent_id
 
 
-# KEY SHARE (the lock the run's FK check takes anyway, now from the gate check on) holds the agent
-# until the journal insert commits: a concurrent deleteAgent (FOR UPDATE) waits for this start,
-# or this start waits for it and then finds no live agent. The scheduler's claim (NO KEY UPDATE)
-# is not blocked by it.
-_AGENT_GATE_SQL = text(
-    "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
-    " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE"
-)
-
-
 async def request_run(
     engine: AsyncEngine,
     agent_id: int,
@@ -71,7 +61,7 @@ async def request_run(
     """
     try:
         async with engine.begin() as conn:
-            agent = (await conn.execute(_AGENT_GATE_SQL, {"agent_id": agent_id})).one_or_none()
+            agent = (await conn.execute(runs_sql.AGENT_GATE, {"agent_id": agent_id})).one_or_none()
             if agent is None:
                 raise AgentNotFound(agent_id)
             lock = closed_lock(

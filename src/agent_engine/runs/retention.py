@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import activity
+from agent_engine.db import retention as retention_sql
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.retention import retention_cutoff
 
@@ -47,36 +47,6 @@ RETENTION_PASS_MAX_SECONDS = 240.0
 RETENTION_LOCK_KEY = 0x4145726574616E
 
 _FIRST_CURSOR = (datetime(1, 1, 1, tzinfo=UTC), 0)
-
-_PRUNE_BATCH_SQL = text(
-    """
-    WITH candidates AS (
-        SELECT id, agent_id, state, finished_at FROM agent_runs
-        WHERE finished_at < :cutoff
-          AND finished_at >= :after_at AND (finished_at, id) > (:after_at, :after_id)
-          AND state IN ('succeeded', 'failed', 'skipped')
-        ORDER BY finished_at, id
-        LIMIT :batch
-    ), doomed AS (
-        SELECT c.id FROM candidates c
-        WHERE EXISTS (
-                SELECT 1 FROM agent_runs n
-                WHERE n.agent_id = c.agent_id AND n.id > c.id
-                  AND n.state IN ('succeeded', 'failed', 'skipped'))
-          AND (c.state <> 'succeeded' OR EXISTS (
-                SELECT 1 FROM agent_runs n
-                WHERE n.agent_id = c.agent_id AND n.id > c.id AND n.state = 'succeeded'))
-    ), deleted AS (
-        DELETE FROM agent_runs r USING doomed d WHERE r.id = d.id RETURNING r.id
-    ), last AS (
-        SELECT finished_at, id FROM candidates ORDER BY finished_at DESC, id DESC LIMIT 1
-    )
-    SELECT (SELECT count(*) FROM candidates) AS scanned,
-           (SELECT count(*) FROM deleted) AS deleted,
-           (SELECT finished_at FROM last) AS last_at,
-           (SELECT id FROM last) AS last_id
-    """
-)
 
 
 @dataclass(frozen=True)
@@ -137,7 +107,7 @@ async def _prune(
         async with conn.begin():
             row = (
                 await conn.execute(
-                    _PRUNE_BATCH_SQL,
+                    retention_sql.PRUNE_BATCH,
                     {
                         "cutoff": cutoff,
                         "after_at": after_at,
@@ -168,11 +138,7 @@ async def _prune(
 
 async def _try_lock(conn: AsyncConnection) -> bool:
     locked = bool(
-        (
-            await conn.execute(
-                text("SELECT pg_try_advisory_lock(:key)"), {"key": RETENTION_LOCK_KEY}
-            )
-        ).scalar_one()
+        (await conn.execute(retention_sql.TRY_LOCK, {"key": RETENTION_LOCK_KEY})).scalar_one()
     )
     await conn.commit()
     return locked
@@ -183,7 +149,7 @@ async def _unlock(conn: AsyncConnection) -> None:
     rather than return it to the pool still holding the lock."""
     try:
         await conn.rollback()
-        await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": RETENTION_LOCK_KEY})
+        await conn.execute(retention_sql.UNLOCK, {"key": RETENTION_LOCK_KEY})
         await conn.commit()
     except Exception:
         await conn.invalidate()

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import PlatformSettings, load_platform_settings, zone_or_utc
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.domain.schedule import (
@@ -35,37 +34,6 @@ from agent_engine.runs.request import Enqueue, send_after_commit
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 500
-
-# The gate is repeated here although the trigger keeps next_run_at NULL for closed agents: the
-# claim must never start a locked agent, whatever wrote the row. NO KEY UPDATE (not UPDATE): the
-# FK check of a concurrent manual start's INSERT takes KEY SHARE on the agent; FOR UPDATE would
-# block it while it holds the unfinished-run index entry we wait for — a deadlock.
-_CLAIM_DUE_SQL = text(
-    "SELECT a.id, a.user_id, a.next_run_at, CAST(a.schedule AS text) AS schedule,"
-    " u.timezone AS owner_timezone"
-    " FROM agents a JOIN users u ON u.id = a.user_id"
-    " WHERE a.next_run_at <= :now"
-    " AND a.enabled AND NOT a.admin_paused AND a.model_id IS NOT NULL"
-    " ORDER BY a.next_run_at"
-    " LIMIT :batch_size"
-    " FOR NO KEY UPDATE OF a SKIP LOCKED"
-)
-
-_ADVANCE_SQL = text(
-    "UPDATE agents AS a SET next_run_at = t.next_run_at"
-    " FROM unnest(CAST(:agent_ids AS bigint[]), CAST(:next_run_ats AS timestamptz[]))"
-    " AS t(agent_id, next_run_at)"
-    " WHERE a.id = t.agent_id"
-)
-
-
-@dataclass(frozen=True)
-class _DueAgent:
-    agent_id: int
-    owner_id: int
-    fired_slot: datetime
-    schedule_json: str | None
-    owner_timezone: str | None
 
 
 async def schedule_due_agents(
@@ -103,17 +71,10 @@ async def _process_batch(
     engine: AsyncEngine, *, now: datetime, batch_size: int
 ) -> tuple[int, list[int]]:
     async with engine.begin() as conn:
-        result = await conn.execute(_CLAIM_DUE_SQL, {"now": now, "batch_size": batch_size})
-        due = [
-            _DueAgent(
-                agent_id=int(row.id),
-                owner_id=int(row.user_id),
-                fired_slot=row.next_run_at,
-                schedule_json=row.schedule,
-                owner_timezone=row.owner_timezone,
-            )
-            for row in result
-        ]
+        result = await conn.execute(
+            runs_sql.CLAIM_DUE_AGENTS, {"now": now, "batch_size": batch_size}
+        )
+        due = [runs_sql.DueAgent.from_row(row) for row in result]
         if not due:
             return 0, []
         platform = await load_platform_settings(conn)
@@ -133,7 +94,11 @@ async def _process_batch(
 
 
 async def _advance_slots(
-    conn: AsyncConnection, due: list[_DueAgent], *, now: datetime, platform: PlatformSettings
+    conn: AsyncConnection,
+    due: list[runs_sql.DueAgent],
+    *,
+    now: datetime,
+    platform: PlatformSettings,
 ) -> None:
     schedules = _ScheduleCache()
     zones: dict[str | None, ZoneInfo] = {}
@@ -146,13 +111,13 @@ async def _advance_slots(
             )
         next_run_ats.append(_next_slot(agent, schedules, now=now, zone=zone))
     await conn.execute(
-        _ADVANCE_SQL,
+        runs_sql.ADVANCE_SLOTS,
         {"agent_ids": [d.agent_id for d in due], "next_run_ats": next_run_ats},
     )
 
 
 def _next_slot(
-    agent: _DueAgent, schedules: _ScheduleCache, *, now: datetime, zone: ZoneInfo
+    agent: runs_sql.DueAgent, schedules: _ScheduleCache, *, now: datetime, zone: ZoneInfo
 ) -> datetime | None:
     try:
         schedule = schedules.get(agent.schedule_json)

@@ -1,4 +1,4 @@
-"""Recording a run's transcript in `agent_run_steps` as the loop goes (DESIGN §10).
+"""Recording a run's transcript in `agent_run_steps` as the loop goes.
 
 A step's row is inserted when it starts; its end (output, error, tokens) is written with the next
 statement the run makes anyway -- the next step's insert or the run's finish. The opening model
@@ -6,11 +6,7 @@ call's row is inserted by the run's start statement itself, so a run with one mo
 statement more than a run without a transcript. Nothing slow happens
 between a step's end and that next statement (the loop goes straight on), so a crash loses at most
 the step in progress; a step still open when the run ends some other way (reaper, cancel) is closed
-by the database's finish trigger.
-
-Every write applies only while the run is `running`: the insert takes a share lock on the run
-row, so it either lands before a concurrent cancel (which then closes it) or sees the run ended and
-writes nothing; an end never overwrites a step the cancel already closed.
+by the database's finish trigger. The statements are `db/run_steps.py`'s.
 """
 
 from __future__ import annotations
@@ -24,51 +20,16 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db.run_steps import NO_PENDING, START_STEP
 from agent_engine.runtime.transcript import StepEnd, StepKind
 
 log = logging.getLogger(__name__)
 
 NowFn = Callable[[], datetime]
 
-# The end of the step before, if one is waiting; then the new step. One statement in autocommit,
-# sent on the pooled connection's asyncpg driver directly: this is the one statement a run pays
-# for its transcript, and SQLAlchemy's execution layer cost as much CPU as the round trip.
-_START_SQL = (
-    "WITH run AS (SELECT id FROM agent_runs WHERE id = $1 AND state = 'running' FOR SHARE),"
-    " ended AS (UPDATE agent_run_steps SET output = $2, error = $3,"
-    "   prompt_tokens = $4, completion_tokens = $5, finished_at = $6"
-    "   WHERE run_id = (SELECT id FROM run) AND index = $7 AND finished_at IS NULL)"
-    " INSERT INTO agent_run_steps (run_id, index, kind, name, input, started_at)"
-    " SELECT id, $8, $9, $10, $11::jsonb, $12 FROM run"
-)
 # A dead pooled connection (database restart) is dropped from the pool rather than handed out
 # again (the engine has no pre-ping).
 _CONNECTION_ERRORS = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
-
-# For the run's finish statement (runs/execute.py): the step end still waiting, if any, written
-# in the same statement as the finish and only if that finish applies (the run was running).
-FINISH_STEP_CTE = (
-    "WITH ended AS (UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
-    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
-    " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
-    " AND EXISTS (SELECT 1 FROM agent_runs WHERE id = :run_id AND state = 'running')) "
-)
-
-# For the run's start statement (runs/execute.py), after a CTE `started` that returns the run's
-# id when it went running: the first step, the opening model call, in the same statement.
-FIRST_STEP_INSERT = (
-    "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
-    " SELECT id, 0, 'model_call', COALESCE(:model, ''), :now FROM started"
-)
-
-NO_PENDING: dict[str, Any] = {
-    "p_index": -1,
-    "p_output": None,
-    "p_error": None,
-    "p_prompt": None,
-    "p_completion": None,
-    "p_finished": None,
-}
 
 
 class StepRecorder:
@@ -78,7 +39,7 @@ class StepRecorder:
         self, engine: AsyncEngine, run_id: int, *, now_fn: NowFn, first_step_written: bool = False
     ) -> None:
         """`first_step_written`: the run's start already inserted step 0, its opening model
-        call (`FIRST_STEP_INSERT`)."""
+        call (`db.run_steps.FIRST_STEP_INSERT`)."""
         self._engine = engine
         self._run_id = run_id
         self._now_fn = now_fn
@@ -97,7 +58,7 @@ class StepRecorder:
                 driver: asyncpg.Connection = raw.driver_connection
                 try:
                     await driver.execute(
-                        _START_SQL,
+                        START_STEP,
                         self._run_id,
                         ended["p_output"],
                         ended["p_error"],

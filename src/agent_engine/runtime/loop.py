@@ -1,4 +1,4 @@
-"""The agent loop of one run (DESIGN §5), independent of queues and the run journal.
+"""The agent loop of one run, independent of queues and the run journal.
 
 System prompt = the platform layer, then the owner's prompt. Offered tools = the three core
 Knowledge Store tools plus the run's allowed optional tools. Model call → tool calls → results →
@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.platform import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
+from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.providers.base import (
     Message,
@@ -38,14 +39,8 @@ from agent_engine.runtime.providers.base import (
 )
 from agent_engine.runtime.providers.builtin import BuiltinProvider
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
-from agent_engine.runtime.tools.registry import (
-    ToolCallContext,
-    ToolError,
-    ToolSpec,
-    core_tools,
-    optional_tools,
-    validate_arguments,
-)
+from agent_engine.runtime.tools.registry import core_tools, optional_tools, validate_arguments
+from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
 from agent_engine.runtime.transcript import (
     StepEnd,
     StepKind,
@@ -87,15 +82,6 @@ class RunOutcome:
     # The provider's split of tokens_used (prompt + completion = tokens_used).
     prompt_tokens: int = 0
     completion_tokens: int = 0
-
-
-def truncate(text: str, limit: int) -> str:
-    """At most `limit` characters, saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    marker = f"\n… [truncated {len(text) - limit} characters]"
-    keep = max(limit - len(marker), 0)
-    return (text[:keep] + marker)[:limit]
 
 
 def compose_system_prompt(platform_prompt: str, owner_prompt: str) -> str:

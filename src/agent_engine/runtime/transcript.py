@@ -1,4 +1,4 @@
-"""The seam between the agent loop and whoever records its transcript (DESIGN §10).
+"""The seam between the agent loop and whoever records its transcript.
 
 The loop reports each model call and tool call as it starts and as it ends; it knows nothing of
 where that goes. The run lifecycle plugs in `runs.steps.StepRecorder` (rows in `agent_run_steps`);
@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
+
+from agent_engine.runtime.bounded import truncate
 
 # What a step keeps of a tool's result or the assistant's text (the whole result still goes to
 # the model); longer text is cut and marked, like every bounded output of the runtime.
@@ -61,8 +63,6 @@ def no_transcript() -> Transcript:
 def tool_input(arguments: str) -> Any:
     """A tool call's arguments for the transcript: the JSON the model sent, or its raw text when
     it is not JSON or too long (cut and marked)."""
-    from agent_engine.runtime.loop import truncate
-
     if len(arguments) <= STEP_INPUT_MAX_CHARS:
         try:
             return json.loads(arguments) if arguments.strip() else {}
@@ -72,6 +72,4 @@ def tool_input(arguments: str) -> Any:
 
 
 def step_output(text: str | None) -> str | None:
-    from agent_engine.runtime.loop import truncate
-
     return None if text is None else truncate(text, STEP_OUTPUT_MAX_CHARS)

@@ -30,24 +30,20 @@ import asyncio
 import contextlib
 import itertools
 import json
-import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-STARTUP_TIMEOUT_SECONDS = 10.0
-SHUTDOWN_TIMEOUT_SECONDS = 10.0
-GRACEFUL_SHUTDOWN_SECONDS = 1
+from agent_engine.server_thread import STARTUP_TIMEOUT_SECONDS, ServerThread
+
 FAKE_CREATED = 1_700_000_000  # a fixed `created` stamp: replies do not depend on the clock
 FAKE_MODEL_ID = "fake-model"
 
@@ -96,8 +92,13 @@ ScriptResult = FakeReply | str | dict[str, Any]
 Script = Callable[[dict[str, Any]], ScriptResult]
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(ServerThread):
+    thread_name = "fake-openai"
+    description = "the fake OpenAI server"
+    graceful_shutdown_seconds = 1
+
     def __init__(self, *, default: FakeReply = INSTANT_REPLY) -> None:
+        super().__init__()
         self.default = default
         self._lock = threading.Lock()
         self._queue: deque[ScriptResult] = deque()
@@ -107,15 +108,10 @@ class FakeOpenAIServer:
         self._counter = itertools.count(1)
         self._active = 0
         self._max_active = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
         # Set on the server's loop only (via call_soon_threadsafe); created per start.
         self._stopping = asyncio.Event()
         self._released = asyncio.Event()
         self._released.set()
-        self._socket: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port: int | None = None
 
     # --- scripting -----------------------------------------------------------------------------
 
@@ -188,8 +184,8 @@ class FakeOpenAIServer:
         return self
 
     def _on_loop(self, callback: Callable[[], object]) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
+        loop = self.loop
+        if loop is None:
             callback()  # not serving: nothing waits on the event
             return
         done = threading.Event()
@@ -210,73 +206,21 @@ class FakeOpenAIServer:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> FakeOpenAIServer:
-        if self._thread is not None:
-            raise RuntimeError("the fake server is already started")
-        self._stopping = asyncio.Event()
-        released = asyncio.Event()
-        if self._released.is_set():
-            released.set()
-        self._released = released
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self._socket = sock
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self._app(),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        )
-        server = uvicorn.Server(config)
-        self._server = server
-        loop = self._loop = _new_event_loop()
-
-        def serve() -> None:
-            try:
-                loop.run_until_complete(server.serve(sockets=[sock]))
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-openai", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the fake OpenAI server did not start")
-            time.sleep(0.005)
-        return self
+        if self._thread is None:  # fresh events per start; a second start fails below
+            self._stopping = asyncio.Event()
+            released = asyncio.Event()
+            if self._released.is_set():
+                released.set()
+            self._released = released
+        return super().start()
 
     def stop(self) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
+        loop = self.loop
+        if loop is not None:
             with contextlib.suppress(RuntimeError):  # closed meanwhile
                 loop.call_soon_threadsafe(self._stopping.set)
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(SHUTDOWN_TIMEOUT_SECONDS)
-            if self._thread.is_alive() and self._server is not None:
-                self._server.force_exit = True
-                self._thread.join(SHUTDOWN_TIMEOUT_SECONDS)
-        if self._socket is not None:
-            self._socket.close()
-        self._thread = self._server = self._socket = None
-        self._loop = None
+        super().stop()
         self.port = None
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     async def __aenter__(self) -> FakeOpenAIServer:
         return await asyncio.to_thread(self.start)
@@ -291,7 +235,7 @@ class FakeOpenAIServer:
 
     # --- the HTTP side (runs in the server thread) ---------------------------------------------
 
-    def _app(self) -> Starlette:
+    def app(self) -> Starlette:
         return Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
@@ -364,16 +308,6 @@ class FakeOpenAIServer:
                 released.cancel()
         finally:
             stopping.cancel()
-
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (uvicorn[standard] brings it): thousands of slow requests at once."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 def _error(

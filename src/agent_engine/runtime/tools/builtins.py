@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
-
+from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import zone_or_utc
 from agent_engine.runtime.tools.calculator import CalculatorError, evaluate, format_number
-from agent_engine.runtime.tools.registry import ToolCallContext, ToolError, ToolSpec
+from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
 
 
 async def current_time(ctx: ToolCallContext, args: dict[str, Any]) -> str:
@@ -24,17 +23,12 @@ async def calculator(ctx: ToolCallContext, args: dict[str, Any]) -> str:
         raise ToolError(str(exc)) from exc
 
 
-_PREVIOUS_OUTPUT = text(
-    "SELECT output, finished_at FROM agent_runs"
-    " WHERE agent_id = :agent_id AND state = 'succeeded' AND id <> :run_id"
-    " ORDER BY id DESC LIMIT 1"
-)
-
-
 async def previous_output(ctx: ToolCallContext, args: dict[str, Any]) -> str:
     async with ctx.engine.connect() as conn:
         row = (
-            await conn.execute(_PREVIOUS_OUTPUT, {"agent_id": ctx.agent_id, "run_id": ctx.run_id})
+            await conn.execute(
+                runs_sql.PREVIOUS_OUTPUT, {"agent_id": ctx.agent_id, "run_id": ctx.run_id}
+            )
         ).first()
     if row is None:
         return "This agent has no earlier successful run."

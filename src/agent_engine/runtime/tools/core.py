@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_engine.runtime.tools.registry import ToolCallContext, ToolError, ToolSpec
+from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
 
 DEFAULT_SEARCH_LIMIT = 5
 MAX_SEARCH_LIMIT = 20

@@ -9,18 +9,18 @@ allows them for agents (new tools start disallowed).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from functools import cache
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-if TYPE_CHECKING:
-    from agent_engine.knowledge.store import KnowledgeStore
+from agent_engine.db.catalog import upsert_tool_descriptions
+from agent_engine.runtime.tools.builtins import BUILTIN_TOOLS
+from agent_engine.runtime.tools.core import CORE_TOOLS
+from agent_engine.runtime.tools.spec import ToolCallContext as ToolCallContext
+from agent_engine.runtime.tools.spec import ToolError as ToolError
+from agent_engine.runtime.tools.spec import ToolSpec as ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -28,51 +28,7 @@ ENTRY_POINT_GROUP = "agent_engine.tools"
 CORE_TOOL_NAMES = ("search_knowledge", "read_document", "related_documents")
 
 
-class ToolError(Exception):
-    """A tool's own refusal (bad arguments, nothing found): the message goes back to the model,
-    which may correct the call. Anything else a tool raises is an infrastructure failure, which
-    ends the run failed/error naming the tool (runtime.loop.ToolFailed)."""
-
-
-@dataclass(frozen=True)
-class ToolCallContext:
-    """What a tool may know about the run calling it. Knowledge reads go through `knowledge`
-    as `owner_id`; `now` is the run's clock reading (passed in, never read by tools)."""
-
-    run_id: int
-    agent_id: int
-    owner_id: int
-    owner_timezone: str
-    now: datetime
-    knowledge: KnowledgeStore
-    engine: AsyncEngine
-
-
-ToolHandler = Callable[[ToolCallContext, dict[str, Any]], Awaitable[str]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    parameters: dict[str, Any]  # JSON schema of the arguments object
-    handler: ToolHandler
-
-    def openai_schema(self) -> dict[str, Any]:
-        """The tool as offered in a Chat Completions request."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
-
-
 def core_tools() -> dict[str, ToolSpec]:
-    from agent_engine.runtime.tools.core import CORE_TOOLS
-
     return {spec.name: spec for spec in CORE_TOOLS}
 
 
@@ -84,8 +40,6 @@ def optional_tools() -> dict[str, ToolSpec]:
     out: one broken plugin must not stop every agent. Plugins cannot shadow core or built-in
     tools.
     """
-    from agent_engine.runtime.tools.builtins import BUILTIN_TOOLS
-
     tools = {spec.name: spec for spec in BUILTIN_TOOLS}
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
         try:
@@ -105,28 +59,12 @@ def optional_tools() -> dict[str, ToolSpec]:
     return tools
 
 
-_UPSERT_CATALOG = text(
-    """
-    INSERT INTO tools (name, description)
-    SELECT * FROM unnest(CAST(:names AS text[]), CAST(:descriptions AS text[]))
-    ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description
-    WHERE tools.description IS DISTINCT FROM EXCLUDED.description
-    """
-)
-
-
 async def sync_tool_catalog(conn: AsyncConnection) -> None:
     """Upsert the optional tools into `tools`: new rows start with agents_allowed = false,
     descriptions are refreshed, agents_allowed is never changed, and rows of tools the code no
     longer has are left for the admin (deleting them would drop agents' selections)."""
     specs = sorted(optional_tools().values(), key=lambda spec: spec.name)
-    await conn.execute(
-        _UPSERT_CATALOG,
-        {
-            "names": [spec.name for spec in specs],
-            "descriptions": [spec.description for spec in specs],
-        },
-    )
+    await upsert_tool_descriptions(conn, [(spec.name, spec.description) for spec in specs])
 
 
 _JSON_TYPE_NAMES = {

@@ -1,0 +1,280 @@
+"""Statements on the admin's catalog: the allowed model list (`agent_models`) and `tools`.
+
+The locking choices are the callers' reasons, kept beside the statement they shape: KEY SHARE on a
+referenced row holds it until commit, so a concurrent removal waits and then cascades (or sets
+NULL) instead of the writer failing on the foreign key after its check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Row, RowMapping, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+@dataclass(frozen=True, slots=True)
+class AgentModelRow:
+    """One `agent_models` row."""
+
+    id: int
+    name: str
+    provider: str
+    model: str
+    base_url: str | None
+    api_key_env: str | None
+    is_default: bool
+    created_at: datetime
+    max_concurrent_runs: int | None
+    input_price_per_million: Decimal | None
+    output_price_per_million: Decimal | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any] | RowMapping) -> AgentModelRow:
+        values = row._mapping if isinstance(row, Row) else row
+        return cls(
+            id=int(values["id"]),
+            name=values["name"],
+            provider=values["provider"],
+            model=values["model"],
+            base_url=values["base_url"],
+            api_key_env=values["api_key_env"],
+            is_default=bool(values["is_default"]),
+            created_at=values["created_at"],
+            max_concurrent_runs=values["max_concurrent_runs"],
+            input_price_per_million=values["input_price_per_million"],
+            output_price_per_million=values["output_price_per_million"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRow:
+    """One `tools` row."""
+
+    id: int
+    name: str
+    description: str
+    agents_allowed: bool
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any] | RowMapping) -> ToolRow:
+        values = row._mapping if isinstance(row, Row) else row
+        return cls(
+            id=int(values["id"]),
+            name=values["name"],
+            description=values["description"],
+            agents_allowed=bool(values["agents_allowed"]),
+            created_at=values["created_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimit:
+    """A saved model's id and its concurrency limit before and after the write."""
+
+    id: int
+    previous: int | None
+    limit: int | None
+
+
+# --- models -----------------------------------------------------------------------------------
+
+SHARE_DEFAULT_MODEL = text("SELECT id FROM agent_models WHERE is_default FOR KEY SHARE")
+SHARE_MODEL = text("SELECT 1 FROM agent_models WHERE id = :id FOR KEY SHARE")
+LOCK_MODEL = text("SELECT * FROM agent_models WHERE id = :id FOR UPDATE")
+CLEAR_OTHER_DEFAULT = text(
+    "UPDATE agent_models SET is_default = false WHERE is_default AND id IS DISTINCT FROM :id"
+)
+INSERT_MODEL = text(
+    "INSERT INTO agent_models (name, provider, model, base_url, api_key_env,"
+    " is_default, max_concurrent_runs)"
+    " VALUES (:name, :provider, :model, :base_url, :api_key_env,"
+    " :is_default, :max_concurrent_runs) RETURNING id, max_concurrent_runs"
+)
+# The previous limit comes from the old row (a self-join sees it before the update).
+UPDATE_MODEL = text(
+    "UPDATE agent_models AS m SET name = :name, provider = :provider,"
+    " model = :model, base_url = :base_url, api_key_env = :api_key_env,"
+    " is_default = :is_default,"
+    " max_concurrent_runs = CASE WHEN :keep_limit THEN m.max_concurrent_runs"
+    " ELSE CAST(:max_concurrent_runs AS integer) END"
+    " FROM agent_models AS old WHERE m.id = :id AND old.id = m.id"
+    " RETURNING m.id, old.max_concurrent_runs AS previous, m.max_concurrent_runs"
+)
+DELETE_MODEL = text("DELETE FROM agent_models WHERE id = :id RETURNING *")
+FIRST_BUILTIN_MODEL = text(
+    "SELECT id FROM agent_models WHERE provider = 'builtin' ORDER BY id LIMIT 1"
+)
+ANY_DEFAULT_MODEL = text("SELECT 1 FROM agent_models WHERE is_default")
+
+# Price columns of agent_models by their GraphQL-side names (issue 17).
+PRICE_COLUMNS = {
+    "input_price_per_million": "input_price_per_million",
+    "output_price_per_million": "output_price_per_million",
+}
+
+
+async def share_default_model(conn: AsyncConnection) -> int | None:
+    """The default model's id, key-share locked until commit; None when there is none."""
+    found = (await conn.execute(SHARE_DEFAULT_MODEL)).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+async def share_model(conn: AsyncConnection, model_id: int) -> bool:
+    """Key-share lock the model until commit; False when it is not on the list."""
+    return (await conn.execute(SHARE_MODEL, {"id": model_id})).first() is not None
+
+
+async def lock_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | None:
+    row = (await conn.execute(LOCK_MODEL, {"id": model_id})).mappings().one_or_none()
+    return None if row is None else AgentModelRow.from_row(row)
+
+
+async def clear_other_default(conn: AsyncConnection, model_id: int | None) -> None:
+    """Take the default flag from every model but `model_id` (one default: a unique index)."""
+    await conn.execute(CLEAR_OTHER_DEFAULT, {"id": model_id})
+
+
+async def insert_model(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    provider: str,
+    model: str,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
+    is_default: bool,
+    max_concurrent_runs: int | None = None,
+) -> ModelLimit:
+    created = (
+        await conn.execute(
+            INSERT_MODEL,
+            {
+                "name": name,
+                "provider": provider,
+                "model": model,
+                "base_url": base_url,
+                "api_key_env": api_key_env,
+                "is_default": is_default,
+                "max_concurrent_runs": max_concurrent_runs,
+            },
+        )
+    ).one()
+    return ModelLimit(int(created.id), None, created.max_concurrent_runs)
+
+
+async def update_model(
+    conn: AsyncConnection,
+    model_id: int,
+    *,
+    name: str,
+    provider: str,
+    model: str,
+    base_url: str | None,
+    api_key_env: str | None,
+    is_default: bool,
+    max_concurrent_runs: int | None,
+    keep_limit: bool,
+) -> ModelLimit | None:
+    """Replace the model's fields; `keep_limit` leaves its concurrency limit as stored."""
+    updated = (
+        await conn.execute(
+            UPDATE_MODEL,
+            {
+                "id": model_id,
+                "name": name,
+                "provider": provider,
+                "model": model,
+                "base_url": base_url,
+                "api_key_env": api_key_env,
+                "is_default": is_default,
+                "max_concurrent_runs": max_concurrent_runs,
+                "keep_limit": keep_limit,
+            },
+        )
+    ).one_or_none()
+    if updated is None:
+        return None
+    return ModelLimit(int(updated.id), updated.previous, updated.max_concurrent_runs)
+
+
+async def set_model_prices(
+    conn: AsyncConnection, model_id: int, prices: Mapping[str, Decimal | None]
+) -> bool:
+    """Write the given prices (keys of `PRICE_COLUMNS`); False when the model is gone."""
+    assignments = ", ".join(f"{PRICE_COLUMNS[name]} = :{name}" for name in prices)
+    updated = (
+        await conn.execute(
+            text(f"UPDATE agent_models SET {assignments} WHERE id = :id RETURNING id"),
+            {**prices, "id": model_id},
+        )
+    ).scalar_one_or_none()
+    return updated is not None
+
+
+async def delete_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | None:
+    """Remove the model; its agents' `model_id` goes NULL (the foreign key's SET NULL)."""
+    row = (await conn.execute(DELETE_MODEL, {"id": model_id})).mappings().one_or_none()
+    return None if row is None else AgentModelRow.from_row(row)
+
+
+async def first_builtin_model(conn: AsyncConnection) -> int | None:
+    found = (await conn.execute(FIRST_BUILTIN_MODEL)).scalar()
+    return None if found is None else int(found)
+
+
+async def has_default_model(conn: AsyncConnection) -> bool:
+    return (await conn.execute(ANY_DEFAULT_MODEL)).scalar() is not None
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+# KEY SHARE: a concurrent delete waits; the link then cascades away.
+SHARE_ALLOWED_TOOLS = text(
+    "SELECT id FROM tools WHERE id = ANY(CAST(:ids AS bigint[])) AND agents_allowed FOR KEY SHARE"
+)
+LOCK_TOOL = text("SELECT * FROM tools WHERE id = :id FOR UPDATE")
+SET_TOOL_ALLOWED = text("UPDATE tools SET agents_allowed = :allowed WHERE id = :id")
+ALLOW_ALL_TOOLS = text("UPDATE tools SET agents_allowed = true")
+
+
+async def share_allowed_tools(conn: AsyncConnection, tool_ids: Sequence[int]) -> set[int]:
+    """Those of the tools that exist and are allowed for agents, key-share locked."""
+    rows = await conn.execute(SHARE_ALLOWED_TOOLS, {"ids": list(tool_ids)})
+    return {int(tool_id) for tool_id in rows.scalars()}
+
+
+async def lock_tool(conn: AsyncConnection, tool_id: int) -> ToolRow | None:
+    row = (await conn.execute(LOCK_TOOL, {"id": tool_id})).mappings().one_or_none()
+    return None if row is None else ToolRow.from_row(row)
+
+
+async def set_tool_allowed(conn: AsyncConnection, tool_id: int, allowed: bool) -> None:
+    await conn.execute(SET_TOOL_ALLOWED, {"id": tool_id, "allowed": allowed})
+
+
+async def allow_all_tools(conn: AsyncConnection) -> None:
+    await conn.execute(ALLOW_ALL_TOOLS)
+
+
+UPSERT_TOOL_DESCRIPTIONS = text(
+    """
+    INSERT INTO tools (name, description)
+    SELECT * FROM unnest(CAST(:names AS text[]), CAST(:descriptions AS text[]))
+    ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description
+    WHERE tools.description IS DISTINCT FROM EXCLUDED.description
+    """
+)
+
+
+async def upsert_tool_descriptions(conn: AsyncConnection, tools: Sequence[tuple[str, str]]) -> None:
+    """New tools start with agents_allowed = false; a known tool's description is refreshed."""
+    await conn.execute(
+        UPSERT_TOOL_DESCRIPTIONS,
+        {"names": [name for name, _ in tools], "descriptions": [desc for _, desc in tools]},
+    )

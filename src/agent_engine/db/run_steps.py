@@ -1,0 +1,85 @@
+"""`agent_run_steps`: the statements that write a run's transcript, and its row type.
+
+Every write applies only while the run is `running`: the insert takes a share lock on the run
+row, so it either lands before a concurrent cancel (which then closes it) or sees the run ended
+and writes nothing; an end never overwrites a step the cancel already closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, RowMapping
+
+# The end of the step before, if one is waiting; then the new step. Sent on the pooled
+# connection's asyncpg driver directly (asyncpg placeholders): it is the one statement a run pays
+# for its transcript, and SQLAlchemy's execution layer cost as much CPU as the round trip.
+START_STEP = (
+    "WITH run AS (SELECT id FROM agent_runs WHERE id = $1 AND state = 'running' FOR SHARE),"
+    " ended AS (UPDATE agent_run_steps SET output = $2, error = $3,"
+    "   prompt_tokens = $4, completion_tokens = $5, finished_at = $6"
+    "   WHERE run_id = (SELECT id FROM run) AND index = $7 AND finished_at IS NULL)"
+    " INSERT INTO agent_run_steps (run_id, index, kind, name, input, started_at)"
+    " SELECT id, $8, $9, $10, $11::jsonb, $12 FROM run"
+)
+
+# Opens the run's finish statement (`db.runs.FINISH`): the step end still waiting, if any,
+# written in the same statement as the finish and only if that finish applies (the run was
+# running).
+FINISH_STEP_CTE = (
+    "WITH ended AS (UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
+    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
+    " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
+    " AND EXISTS (SELECT 1 FROM agent_runs WHERE id = :run_id AND state = 'running')) "
+)
+
+# Closes the run's start statement (`db.runs.START`), after a CTE `started` that returns the
+# run's id when it went running: the first step, the opening model call, in the same statement.
+FIRST_STEP_INSERT = (
+    "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
+    " SELECT id, 0, 'model_call', COALESCE(:model, ''), :now FROM started"
+)
+
+# `FINISH_STEP_CTE`'s parameters when no step end is waiting (index -1 matches no step).
+NO_PENDING: dict[str, Any] = {
+    "p_index": -1,
+    "p_output": None,
+    "p_error": None,
+    "p_prompt": None,
+    "p_completion": None,
+    "p_finished": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    run_id: int
+    index: int
+    kind: str
+    name: str
+    input: Any
+    output: str | None
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any] | RowMapping) -> StepRow:
+        m = row._mapping if isinstance(row, Row) else row
+        return cls(
+            run_id=int(m["run_id"]),
+            index=int(m["index"]),
+            kind=m["kind"],
+            name=m["name"],
+            input=m["input"],
+            output=m["output"],
+            error=m["error"],
+            prompt_tokens=m["prompt_tokens"],
+            completion_tokens=m["completion_tokens"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
+        )

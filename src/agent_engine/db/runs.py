@@ -1,0 +1,298 @@
+"""`agent_runs`, the run journal: the statements of a run's life, by the step that runs them.
+
+Request (`runs/request.py`, `runs/journal.py`, `runs/scheduler.py`), claim and start, heartbeat
+and finish (`runs/claim.py`, `runs/finish.py`), cancel (`runs/cancel.py`), reaper
+(`runs/reaper.py`). Every write after the request is a compare-and-set on the run's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Row, RowMapping, text
+
+from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One `agent_runs` row."""
+
+    id: int
+    agent_id: int
+    trigger: str
+    state: str
+    reason: str | None
+    output: str | None
+    tokens_used: int
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    created_at: datetime
+    model_id: int | None
+    last_sent_at: datetime | None
+    prompt_tokens: int
+    completion_tokens: int
+    cost: Decimal | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any] | RowMapping) -> RunRow:
+        m = row._mapping if isinstance(row, Row) else row
+        return cls(
+            id=int(m["id"]),
+            agent_id=int(m["agent_id"]),
+            trigger=m["trigger"],
+            state=m["state"],
+            reason=m["reason"],
+            output=m["output"],
+            tokens_used=int(m["tokens_used"]),
+            error=m["error"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
+            heartbeat_at=m["heartbeat_at"],
+            created_at=m["created_at"],
+            model_id=m["model_id"],
+            last_sent_at=m["last_sent_at"],
+            prompt_tokens=int(m["prompt_tokens"]),
+            completion_tokens=int(m["completion_tokens"]),
+            cost=m["cost"],
+        )
+
+
+# --- request ------------------------------------------------------------------------------------
+
+# KEY SHARE (the lock the run's FK check takes anyway, now from the gate check on) holds the agent
+# until the journal insert commits: a concurrent deleteAgent (FOR UPDATE) waits for this start,
+# or this start waits for it and then finds no live agent. The scheduler's claim (NO KEY UPDATE)
+# is not blocked by it.
+AGENT_GATE = text(
+    "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
+    " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE"
+)
+
+# ON CONFLICT names the partial index by its columns and predicate: the refused rows are simply
+# not returned, with no exception and no aborted transaction.
+# `model_id` records the model the run is queued for: a model's limit counts its runs, and its
+# waiting runs are found oldest first by it (the claim refreshes it if the owner switched models).
+INSERT_QUEUED = text(
+    "INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used, created_at)"
+    " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0, :now"
+    " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
+    " JOIN agents a ON a.id = t.agent_id"
+    " ORDER BY t.agent_id"
+    " ON CONFLICT (agent_id) WHERE state IN ('queued', 'running') DO NOTHING"
+    " RETURNING *"
+)
+
+# Skipped rows are terminal at once: no loop ran (tokens 0, started_at NULL), and finished_at
+# shows in the journal when the engine refused.
+INSERT_SKIPPED = text(
+    "INSERT INTO agent_runs"
+    " (agent_id, trigger, state, reason, tokens_used, finished_at, created_at)"
+    " SELECT t.agent_id, :trigger, 'skipped', t.reason, 0, :now, :now"
+    " FROM unnest(CAST(:agent_ids AS bigint[]), CAST(:reasons AS text[])) AS t(agent_id, reason)"
+    " RETURNING *"
+)
+
+# --- the schedule tick ----------------------------------------------------------------------------
+
+# The gate is repeated here although the trigger keeps next_run_at NULL for closed agents: the
+# claim must never start a locked agent, whatever wrote the row. NO KEY UPDATE (not UPDATE): the
+# FK check of a concurrent manual start's INSERT takes KEY SHARE on the agent; FOR UPDATE would
+# block it while it holds the unfinished-run index entry we wait for — a deadlock.
+CLAIM_DUE_AGENTS = text(
+    "SELECT a.id, a.user_id, a.next_run_at, CAST(a.schedule AS text) AS schedule,"
+    " u.timezone AS owner_timezone"
+    " FROM agents a JOIN users u ON u.id = a.user_id"
+    " WHERE a.next_run_at <= :now"
+    " AND a.enabled AND NOT a.admin_paused AND a.model_id IS NOT NULL"
+    " ORDER BY a.next_run_at"
+    " LIMIT :batch_size"
+    " FOR NO KEY UPDATE OF a SKIP LOCKED"
+)
+
+ADVANCE_SLOTS = text(
+    "UPDATE agents AS a SET next_run_at = t.next_run_at"
+    " FROM unnest(CAST(:agent_ids AS bigint[]), CAST(:next_run_ats AS timestamptz[]))"
+    " AS t(agent_id, next_run_at)"
+    " WHERE a.id = t.agent_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DueAgent:
+    """An agent `CLAIM_DUE_AGENTS` claimed: its slot fired, its schedule as stored JSON."""
+
+    agent_id: int
+    owner_id: int
+    fired_slot: datetime
+    schedule_json: str | None
+    owner_timezone: str | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> DueAgent:
+        return cls(
+            agent_id=int(row.id),
+            owner_id=int(row.user_id),
+            fired_slot=row.next_run_at,
+            schedule_json=row.schedule,
+            owner_timezone=row.owner_timezone,
+        )
+
+
+# --- the run's context --------------------------------------------------------------------------
+
+# Run → agent → owner, model, allowed tool selection and the platform settings, for
+# `runtime.context.run_context_from_row`. The worker's claim selects the same columns in its own
+# locking read (`CLAIM_READ`): no second statement.
+CONTEXT_COLUMNS = """
+    r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
+    u.timezone AS owner_timezone,
+    m.provider, m.model, m.base_url, m.api_key_env,
+    ARRAY(
+        SELECT t.name FROM agent_tools at JOIN tools t ON t.id = at.tool_id
+        WHERE at.agent_id = a.id AND t.agents_allowed
+        ORDER BY t.name
+    ) AS tool_names,
+    (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
+     FROM platform_settings p) AS platform
+"""
+CONTEXT_FROM = """
+    FROM agent_runs r
+    JOIN agents a ON a.id = r.agent_id
+    LEFT JOIN users u ON u.id = a.user_id
+    LEFT JOIN agent_models m ON m.id = a.model_id
+    WHERE r.id = :run_id
+"""
+LOAD_CONTEXT = text("SELECT" + CONTEXT_COLUMNS + CONTEXT_FROM)
+
+# The `previous_output` tool: the agent's newest successful run other than this one.
+PREVIOUS_OUTPUT = text(
+    "SELECT output, finished_at FROM agent_runs"
+    " WHERE agent_id = :agent_id AND state = 'succeeded' AND id <> :run_id"
+    " ORDER BY id DESC LIMIT 1"
+)
+
+# --- claim and start ------------------------------------------------------------------------------
+
+# With the platform settings and the run's whole context: the claim is one checkout and one read
+# (round trips per run are most of the worker's cost against a fast model).
+CLAIM_READ = text(
+    "SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
+    " a.model_id AS agent_model_id, r.model_id AS run_model_id, m.max_concurrent_runs,"
+    + CONTEXT_COLUMNS
+    + CONTEXT_FROM
+    + " FOR UPDATE OF r"
+)
+
+# The start also writes the run's first step (every run opens with a model call), so a one-call
+# run's transcript costs no statement of its own (see runs/steps.py).
+START = text(
+    "WITH started AS (UPDATE agent_runs SET state = 'running', started_at = now(),"
+    " heartbeat_at = now(), model_id = :model_id"
+    " WHERE id = :run_id AND state = 'queued' RETURNING id) " + FIRST_STEP_INSERT
+)
+
+# A run left waiting joins its model's line (the owner may have switched models since the request).
+REQUEUE_FOR_MODEL = text(
+    "UPDATE agent_runs SET model_id = :model_id WHERE id = :run_id AND state = 'queued'"
+)
+
+SKIP_AT_CLAIM = text(
+    "UPDATE agent_runs SET state = 'skipped', reason = :reason, tokens_used = 0,"
+    " finished_at = :now"
+    " WHERE id = :run_id AND state = 'queued'"
+)
+
+FAIL_AT_CLAIM = text(
+    "UPDATE agent_runs SET state = 'failed', reason = :reason, error = :error, finished_at = :now"
+    " WHERE id = :run_id AND state = 'queued'"
+)
+
+# --- heartbeat and finish -----------------------------------------------------------------------
+
+HEARTBEAT = text(
+    "UPDATE agent_runs SET heartbeat_at = now(), tokens_used = GREATEST(tokens_used, :tokens),"
+    " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
+    " completion_tokens = GREATEST(completion_tokens, :completion_tokens)"
+    " WHERE id = :run_id AND state = 'running'"
+)
+
+# The finish also fixes the run's cost (a trigger prices its tokens at the model's prices now),
+# writes the step end the transcript still holds (`FINISH_STEP_CTE`), and the delivery outbox
+# rows (a trigger, delivery/outbox.py).
+FINISH = text(
+    FINISH_STEP_CTE
+    + "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
+    " tokens_used = GREATEST(tokens_used, :tokens),"
+    " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
+    " completion_tokens = GREATEST(completion_tokens, :completion_tokens),"
+    " finished_at = now(), heartbeat_at = now()"
+    " WHERE id = :run_id AND state = 'running'"
+)
+
+# --- cancel -------------------------------------------------------------------------------------
+
+# The tokens so far: the heartbeat's count or the recorded model calls', whichever is larger (the
+# database's token-split trigger then splits them as the recorded calls did).
+CANCEL = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
+    " finished_at = :now, tokens_used = GREATEST(tokens_used,"
+    "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
+    "    WHERE run_id = :run_id))"
+    " WHERE id = :run_id AND state IN ('queued', 'running')"
+    " RETURNING *"
+)
+NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+STATE_OF = text("SELECT state FROM agent_runs WHERE id = :run_id")
+# Of the runs `:ids`, those no longer running.
+NOT_RUNNING = text(
+    "SELECT id FROM agent_runs WHERE id = ANY(CAST(:ids AS bigint[])) AND state <> 'running'"
+)
+
+# --- the reaper -----------------------------------------------------------------------------------
+
+REAP_RUNNING = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now(),"
+    " error = :error"
+    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at)"
+    " < now() - make_interval(secs => :stale_after_seconds)"
+    " RETURNING id"
+)
+
+# Whether a queued run belongs to a model with a concurrency limit (it may be waiting for a slot).
+_OF_LIMITED_MODEL = (
+    "EXISTS (SELECT 1 FROM agent_models m"
+    " WHERE m.id = agent_runs.model_id AND m.max_concurrent_runs IS NOT NULL)"
+)
+
+REAP_QUEUED = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
+    " error = :error"
+    " WHERE state = 'queued' AND created_at < :cutoff AND NOT "
+    + _OF_LIMITED_MODEL
+    + " RETURNING id"
+)
+
+REAP_WAITING = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = :now,"
+    " error = :error"
+    " WHERE state = 'queued' AND created_at < :cutoff AND " + _OF_LIMITED_MODEL + " RETURNING id"
+)
+
+# Due for a re-send when the time since the last send is at least the longer of `resend_after`
+# and how long the run had waited at that send (the back-off doubles). SKIP LOCKED: a run being
+# claimed right now needs no message, and concurrent reapers take different runs. Runs of a
+# limited model are handed their slot by `runs.model_slots` instead.
+CLAIM_RESENDS = text(
+    "UPDATE agent_runs SET last_sent_at = :now WHERE id IN ("
+    " SELECT id FROM agent_runs WHERE state = 'queued'"
+    " AND CAST(:now AS timestamptz) - COALESCE(last_sent_at, created_at) >= GREATEST("
+    "   CAST(:resend_after AS interval), COALESCE(last_sent_at, created_at) - created_at)"
+    " AND NOT " + _OF_LIMITED_MODEL + " ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED)"
+    " RETURNING id"
+)

@@ -1,0 +1,129 @@
+"""Spend over the run journal: tokens and cost per owner in a budget week, each agent's recent
+tokens (its pace), the admin's spend report. A constant number of statements however many agents
+or owners; the rules that use them live in `domain/budget.py` and `domain/forecast.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Row, RowMapping, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.domain.budget import BudgetWindow
+from agent_engine.domain.forecast import EXPECTED_TOKENS_SAMPLE_RUNS
+
+# Served by `ix_agent_runs_budget (agent_id, finished_at) INCLUDE (tokens_used)`.
+_SPENT_BY_OWNER_SQL = text(
+    "SELECT a.user_id, COALESCE(SUM(r.tokens_used), 0) AS used"
+    " FROM agents a JOIN agent_runs r ON r.agent_id = a.id"
+    " WHERE a.user_id = ANY(CAST(:owner_ids AS bigint[]))"
+    " AND r.finished_at >= :start AND r.finished_at < :end"
+    " GROUP BY a.user_id"
+)
+
+# SUM ignores NULLs: NULL when none of the week's runs was priced.
+_COST_BY_OWNER_SQL = text(
+    "SELECT a.user_id, SUM(r.cost) AS cost"
+    " FROM agents a JOIN agent_runs r ON r.agent_id = a.id"
+    " WHERE a.user_id = ANY(CAST(:owner_ids AS bigint[]))"
+    " AND r.finished_at >= :start AND r.finished_at < :end"
+    " GROUP BY a.user_id"
+)
+
+# The newest succeeded or failed runs of each agent, newest first: one index-only probe of
+# `ix_agent_runs_pace` per agent.
+_RECENT_TOKENS_SQL = text(
+    "SELECT t.agent_id, ARRAY("
+    "   SELECT r.tokens_used FROM agent_runs r"
+    "   WHERE r.agent_id = t.agent_id AND r.state IN ('succeeded', 'failed')"
+    f"  ORDER BY r.id DESC LIMIT {EXPECTED_TOKENS_SAMPLE_RUNS}"
+    " ) AS recent"
+    " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
+)
+
+# The owner's agents with a next slot, each with its recent tokens and the owner's zone (only the
+# columns the forecast reads: a dashboard asks for it on every page view).
+SCHEDULED_AGENTS_OF_OWNER = text(
+    "SELECT a.id, a.schedule, a.next_run_at, a.enabled, a.admin_paused, a.model_id,"
+    " u.timezone AS owner_timezone, ARRAY("
+    "   SELECT r.tokens_used FROM agent_runs r"
+    "   WHERE r.agent_id = a.id AND r.state IN ('succeeded', 'failed')"
+    f"  ORDER BY r.id DESC LIMIT {EXPECTED_TOKENS_SAMPLE_RUNS}"
+    " ) AS recent_tokens"
+    " FROM agents a JOIN users u ON u.id = a.user_id"
+    " WHERE a.user_id = :owner_id AND a.next_run_at IS NOT NULL ORDER BY a.id"
+)
+
+# The admin's report: one aggregate over the week's finished runs, read through the
+# `finished_at` index, whatever the number of owners. Skipped runs spent nothing and are left out.
+_SPEND_BY_OWNER_SQL = text(
+    "SELECT a.user_id AS owner_id, COALESCE(SUM(r.tokens_used), 0) AS tokens,"
+    " SUM(r.cost) AS cost, count(*) AS runs"
+    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+    " WHERE r.finished_at >= :start AND r.finished_at < :end AND r.state <> 'skipped'"
+    " GROUP BY a.user_id"
+    " ORDER BY tokens DESC, a.user_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerSpend:
+    owner_id: int
+    tokens: int
+    cost: Decimal | None  # None: none of the week's runs was priced
+    runs: int
+
+    @classmethod
+    def from_row(cls, row: Row[Any] | RowMapping) -> OwnerSpend:
+        m = row._mapping if isinstance(row, Row) else row
+        return cls(
+            owner_id=int(m["owner_id"]),
+            tokens=int(m["tokens"]),
+            cost=m["cost"],
+            runs=int(m["runs"]),
+        )
+
+
+async def spent_tokens(
+    conn: AsyncConnection, owner_ids: Collection[int], *, window: BudgetWindow
+) -> dict[int, int]:
+    """Tokens spent per owner in the window; owners with no finished runs are absent."""
+    if not owner_ids:
+        return {}
+    rows = await conn.execute(
+        _SPENT_BY_OWNER_SQL,
+        {"owner_ids": list(owner_ids), "start": window.start, "end": window.end},
+    )
+    return {int(owner_id): int(used) for owner_id, used in rows}
+
+
+async def spent_costs(
+    conn: AsyncConnection, owner_ids: Collection[int], *, window: BudgetWindow
+) -> dict[int, Decimal | None]:
+    """The week's cost per owner; None for owners with no priced run in the window."""
+    if not owner_ids:
+        return {}
+    rows = await conn.execute(
+        _COST_BY_OWNER_SQL,
+        {"owner_ids": list(owner_ids), "start": window.start, "end": window.end},
+    )
+    found = {int(owner_id): cost for owner_id, cost in rows}
+    return {owner_id: found.get(owner_id) for owner_id in owner_ids}
+
+
+async def recent_tokens(conn: AsyncConnection, agent_ids: Collection[int]) -> dict[int, list[int]]:
+    """Tokens of each agent's newest succeeded or failed runs (at most 10), newest first."""
+    if not agent_ids:
+        return {}
+    rows = await conn.execute(_RECENT_TOKENS_SQL, {"agent_ids": list(agent_ids)})
+    return {int(agent_id): [int(t) for t in recent] for agent_id, recent in rows}
+
+
+async def spend_by_owner(conn: AsyncConnection, *, window: BudgetWindow) -> list[OwnerSpend]:
+    """Every owner's tokens, cost and runs in the window, most tokens first: one statement."""
+    rows = await conn.execute(_SPEND_BY_OWNER_SQL, {"start": window.start, "end": window.end})
+    return [OwnerSpend.from_row(row) for row in rows]

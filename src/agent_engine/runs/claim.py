@@ -1,0 +1,123 @@
+"""Claiming a queued run: queued → running (with its context), or ended at the claim, or left
+waiting for a slot of its model.
+
+The claim is one transaction around one locking read of the run with its agent, model, context
+and the platform settings: a redelivered or duplicate message finds the run no longer `queued`
+and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.db import runs as runs_sql
+from agent_engine.db.platform import PlatformSettings
+from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
+from agent_engine.domain.runs import RunReason, RunState
+from agent_engine.runs import model_slots
+from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.request import Enqueue
+from agent_engine.runtime.context import RunContext, run_context_from_row
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the claim did with a queued run.
+
+    `state`: RUNNING — ours to execute (`context` set); QUEUED — left waiting for a slot of its
+    model; SKIPPED / FAILED — ended at the claim; None — not queued any more (a duplicate message).
+    """
+
+    run_id: int
+    state: RunState | None
+    context: RunContext | None = None
+    model_id: int | None = None
+    # The model's concurrency limit when claimed: a limited model's finish hands its slot on.
+    model_limit: int | None = None
+
+
+async def claim_run(
+    engine: AsyncEngine, run_id: int, *, now: datetime, enqueue: Enqueue | None = None
+) -> Claim:
+    """queued → running, or → skipped (budget spent) / failed (gate closed since the request),
+    or left queued when its model has no free slot (`model_slots`).
+
+    A run set running comes with its context, from the same locking read. `enqueue` hands a slot
+    on when a run of a limited model ended here without running (others may wait behind it).
+    """
+    claim = await _claim(engine, run_id, now=now)
+    if (
+        claim.state in (RunState.SKIPPED, RunState.FAILED)
+        and claim.model_limit is not None
+        and claim.model_id is not None
+        and enqueue is not None
+    ):
+        await model_slots.hand_on_slots(engine, claim.model_id, enqueue=enqueue)
+    return claim
+
+
+async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
+    async with engine.begin() as conn:
+        # The row lock serialises duplicate messages: the second one reads the new state.
+        row = (await conn.execute(runs_sql.CLAIM_READ, {"run_id": run_id})).one_or_none()
+        if row is None or row.state != RunState.QUEUED:
+            return Claim(run_id, None)
+        model_id = row.agent_model_id
+        limit = row.max_concurrent_runs
+        lock = closed_lock(
+            enabled=row.enabled, admin_paused=row.admin_paused, has_model=row.has_model
+        )
+        if lock is not None:
+            await conn.execute(
+                runs_sql.FAIL_AT_CLAIM,
+                {
+                    "run_id": run_id,
+                    "now": now,
+                    "reason": str(RunReason.ERROR),
+                    "error": f"the agent cannot start ({lock.value}): {LOCK_MESSAGES[lock]}",
+                },
+            )
+            return Claim(run_id, RunState.FAILED, model_id=row.run_model_id, model_limit=limit)
+        platform = PlatformSettings.from_rows(row.platform or {})
+        if await owners_over_budget(conn, [row.owner_id], now=now, platform=platform):
+            await conn.execute(
+                runs_sql.SKIP_AT_CLAIM,
+                {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
+            )
+            return Claim(run_id, RunState.SKIPPED, model_id=row.run_model_id, model_limit=limit)
+        admission = await model_slots.admit(conn, model_id=model_id, run_id=run_id, limit=limit)
+        if not admission.admitted:
+            if row.run_model_id != model_id:
+                await conn.execute(
+                    runs_sql.REQUEUE_FOR_MODEL, {"run_id": run_id, "model_id": model_id}
+                )
+            log.info(
+                "run %s waits for a slot of model %s (%d running, %d queued ahead, limit %d)",
+                run_id,
+                model_id,
+                admission.running,
+                admission.ahead,
+                admission.limit,
+            )
+            return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
+        await conn.execute(
+            runs_sql.START,
+            {"run_id": run_id, "model_id": model_id, "model": row.model, "now": utc_now()},
+        )
+        return Claim(
+            run_id,
+            RunState.RUNNING,
+            context=run_context_from_row(row, platform=platform),
+            model_id=model_id,
+            model_limit=admission.limit,
+        )

@@ -1,0 +1,58 @@
+"""What a tool is: its spec (name, description, JSON schema of its arguments, handler), what it
+may know of the run calling it, and the refusal it may answer with. The core tools, the built-ins
+and the plugins all build on this; the registry (`registry.py`) collects them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from agent_engine.knowledge.store import KnowledgeStore
+
+
+class ToolError(Exception):
+    """A tool's own refusal (bad arguments, nothing found): the message goes back to the model,
+    which may correct the call. Anything else a tool raises is an infrastructure failure, which
+    ends the run failed/error naming the tool (runtime.loop.ToolFailed)."""
+
+
+@dataclass(frozen=True)
+class ToolCallContext:
+    """What a tool may know about the run calling it. Knowledge reads go through `knowledge`
+    as `owner_id`; `now` is the run's clock reading (passed in, never read by tools)."""
+
+    run_id: int
+    agent_id: int
+    owner_id: int
+    owner_timezone: str
+    now: datetime
+    knowledge: KnowledgeStore
+    engine: AsyncEngine
+
+
+ToolHandler = Callable[[ToolCallContext, dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+    handler: ToolHandler
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as offered in a Chat Completions request."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
