@@ -1,4 +1,8 @@
-"""The contract's enums."""
+"""The contract's enums that need more than the domain's enum gives.
+
+The others (RunState, RunTrigger, RunReason, RunStepKind, DeliveryStatus, Cadence) are the domain's
+own enums, which Strawberry serves as they are: a GraphQL value is the member's name.
+"""
 
 from __future__ import annotations
 
@@ -6,51 +10,11 @@ from enum import Enum
 
 import strawberry
 
-
-@strawberry.enum
-class RunTrigger(Enum):
-    MANUAL = "manual"
-    SCHEDULED = "scheduled"
+from agent_engine.domain import gate
 
 
-@strawberry.enum
-class RunState(Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-
-
-@strawberry.enum
-class RunReason(Enum):
-    BUDGET_EXCEEDED = "budget_exceeded"
-    ALREADY_RUNNING = "already_running"
-    ITERATION_CAP = "iteration_cap"
-    ERROR = "error"
-    STALE = "stale"
-    CANCELLED = "cancelled"
-
-
-@strawberry.enum
-class RunStepKind(Enum):
-    MODEL_CALL = "model_call"
-    TOOL_CALL = "tool_call"
-
-
-@strawberry.enum
-class DeliveryStatus(Enum):
-    PENDING = "pending"
-    DELIVERED = "delivered"
-    FAILED = "failed"
-
-
-@strawberry.enum
-class Cadence(Enum):
-    DAILY = "daily"
-    WEEKLY = "weekly"
-
-
+# Strawberry reads value descriptions only from `strawberry.enum_value` members, so this one is a
+# class of its own; its members are the domain's, and a unit test keeps the two in step.
 @strawberry.enum(
     description=(
         "Derived from the definition, never stored. "
@@ -59,16 +23,20 @@ class Cadence(Enum):
 )
 class AgentStatus(Enum):
     SCHEDULED = strawberry.enum_value(
-        "scheduled", description="Can start; has a schedule, so nextRunAt is set."
+        gate.AgentStatus.SCHEDULED,
+        description="Can start; has a schedule, so nextRunAt is set.",
     )
     MANUAL = strawberry.enum_value(
-        "manual", description="Can start; no schedule, manual runs only."
+        gate.AgentStatus.MANUAL, description="Can start; no schedule, manual runs only."
     )
-    DISABLED = strawberry.enum_value("disabled", description="The owner's switch is off.")
+    DISABLED = strawberry.enum_value(
+        gate.AgentStatus.DISABLED, description="The owner's switch is off."
+    )
     ADMIN_PAUSED = strawberry.enum_value(
-        "admin_paused", description="An admin's lock is on; only an admin can lift it."
+        gate.AgentStatus.ADMIN_PAUSED,
+        description="An admin's lock is on; only an admin can lift it.",
     )
     NO_MODEL = strawberry.enum_value(
-        "no_model",
+        gate.AgentStatus.NO_MODEL,
         description="No model chosen, or the chosen model was removed from the allowed list.",
     )

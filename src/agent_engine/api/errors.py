@@ -16,6 +16,7 @@ from typing import Any
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
+from agent_engine.domain.gate import AgentNotStartable
 from agent_engine.observability.metrics import GRAPHQL_REQUESTS
 
 logger = logging.getLogger("agent_engine.api")
@@ -68,17 +69,14 @@ class BadUserInput(ApiError):
         self.field = field
 
 
-class AgentNotStartable(ApiError):
+class StartRefused(ApiError):
+    """The start gate's refusal, worded by the domain; `extensions.lock` names the closed lock."""
+
     code = AGENT_NOT_STARTABLE
 
-    def __init__(self, lock: str) -> None:
-        messages = {
-            "DISABLED": "the agent is switched off by its owner",
-            "ADMIN_PAUSED": "the agent is paused by an admin",
-            "NO_MODEL": "the agent has no model: pick one from the allowed list",
-        }
-        super().__init__(f"agent cannot start: {messages.get(lock, lock.lower())}", lock=lock)
-        self.lock = lock
+    def __init__(self, refusal: AgentNotStartable) -> None:
+        super().__init__(f"agent cannot start: {refusal.reason}", lock=refusal.lock.value)
+        self.lock = refusal.lock
 
 
 class Conflict(ApiError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import strawberry
 from strawberry.scalars import JSON
 
-from agent_engine.api.enums import Cadence
 from agent_engine.api.scalars import DecimalText
+from agent_engine.domain.schedule import Cadence
 
 
 @strawberry.input

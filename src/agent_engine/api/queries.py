@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.agents import audit
 from agent_engine.api.access import visible_agent, visible_run
 from agent_engine.api.context import Context
-from agent_engine.api.enums import AgentStatus, RunState
+from agent_engine.api.enums import AgentStatus
 from agent_engine.api.errors import BadUserInput
 from agent_engine.api.guards import page_size
 from agent_engine.api.ids import decode_cursor, parse_id
@@ -26,6 +26,7 @@ from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
 from agent_engine.api.types.delivery import DeliveryTarget
 from agent_engine.api.types.viewer import Viewer
 from agent_engine.domain.budget import week_window
+from agent_engine.domain.runs import RunState
 from agent_engine.runs.alerts import newest_alerts
 from agent_engine.runs.spend import spend_by_owner
 

@@ -21,7 +21,6 @@ from sqlalchemy import text
 from agent_engine.api.access import is_owner, visible_agent, visible_run
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
-from agent_engine.api.enums import RunState
 from agent_engine.api.events import RunEvent as HubEvent
 from agent_engine.api.events import RunEventHub, Subscriber, SubscriberTooSlow
 from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
@@ -30,7 +29,7 @@ from agent_engine.api.resolvers import Info
 from agent_engine.api.types.agents import Run, RunEvent
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep
-from agent_engine.domain.runs import TERMINAL_STATES
+from agent_engine.domain.runs import TERMINAL_STATES, RunState
 from agent_engine.runs.budget import owner_budget
 
 F = TypeVar("F", bound=Callable[..., Any])

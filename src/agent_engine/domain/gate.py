@@ -39,6 +39,19 @@ LOCK_MESSAGES: Mapping[Lock, str] = MappingProxyType(
 )
 
 
+class AgentNotStartable(Exception):
+    """A closed gate refused a manual start (the API answers AGENT_NOT_STARTABLE)."""
+
+    def __init__(self, agent_id: int, lock: Lock) -> None:
+        super().__init__(f"agent {agent_id} cannot start: {LOCK_MESSAGES[lock]}")
+        self.agent_id = agent_id
+        self.lock = lock
+
+    @property
+    def reason(self) -> str:
+        return LOCK_MESSAGES[self.lock]
+
+
 def closed_lock(*, enabled: bool, admin_paused: bool, has_model: bool) -> Lock | None:
     """The lock that keeps the agent from starting, or None when the gate is open."""
     if admin_paused:

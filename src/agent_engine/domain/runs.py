@@ -39,6 +39,13 @@ class RunReason(StrEnum):
     CANCELLED = "cancelled"
 
 
+class RunStepKind(StrEnum):
+    """What one step of a run's transcript was."""
+
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+
+
 # The states covered by the one-unfinished-run-per-agent partial unique index.
 UNFINISHED_STATES: frozenset[RunState] = frozenset({RunState.QUEUED, RunState.RUNNING})
 TERMINAL_STATES: frozenset[RunState] = frozenset(
@@ -52,10 +59,10 @@ REASONS_BY_STATE: Mapping[RunState, frozenset[RunReason]] = MappingProxyType(
         RunState.QUEUED: frozenset(),
         RunState.RUNNING: frozenset(),
         RunState.SUCCEEDED: frozenset(),
+        RunState.SKIPPED: frozenset({RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
         RunState.FAILED: frozenset(
             {RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE, RunReason.CANCELLED}
         ),
-        RunState.SKIPPED: frozenset({RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
     }
 )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -41,7 +42,6 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 MIN_EVERY_HOURS = 1
 MAX_EVERY_HOURS = 168  # one week
 SCHEDULE_TYPES = ("interval", "calendar")
-CADENCES = ("daily", "weekly")
 
 _TIME_RE = re.compile(r"(?:[01]\d|2[0-3]):[0-5]\d")
 # Error type of our own rules, so `parse_schedule` passes their messages through unchanged.
@@ -50,6 +50,11 @@ _RULE = "schedule_rule"
 
 def _rule(message: str) -> PydanticCustomError:
     return PydanticCustomError(_RULE, message)
+
+
+class Cadence(StrEnum):
+    DAILY = "daily"
+    WEEKLY = "weekly"
 
 
 class IntervalSchedule(BaseModel):
@@ -80,7 +85,7 @@ class CalendarSchedule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["calendar"] = "calendar"
-    cadence: Literal["daily", "weekly"]
+    cadence: Cadence
     weekday: int | None = Field(default=None, strict=True, validate_default=True)
     time: str = Field(strict=True)
 

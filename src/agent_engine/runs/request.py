@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import load_platform_settings
-from agent_engine.domain.gate import Lock, closed_lock
+from agent_engine.domain.gate import AgentNotStartable, closed_lock
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.runs.budget import owners_over_budget
 from agent_engine.runs.journal import insert_requested_runs
@@ -42,15 +42,6 @@ class AgentNotFound(Exception):
     def __init__(self, agent_id: int) -> None:
         super().__init__(f"agent {agent_id} not found")
         self.agent_id = agent_id
-
-
-class AgentNotStartable(Exception):
-    """The start gate is closed; `lock` says which lock (the API maps it to AGENT_NOT_STARTABLE)."""
-
-    def __init__(self, agent_id: int, lock: Lock) -> None:
-        super().__init__(f"agent {agent_id} cannot start: {lock}")
-        self.agent_id = agent_id
-        self.lock = lock
 
 
 async def request_run(

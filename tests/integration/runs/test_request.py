@@ -10,10 +10,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import TIMEZONE, WEEKLY_TOKEN_CAP
-from agent_engine.domain.gate import Lock
+from agent_engine.domain.gate import AgentNotStartable, Lock
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.runs.budget import owner_budget, owners_budgets
-from agent_engine.runs.request import AgentNotFound, AgentNotStartable, request_run
+from agent_engine.runs.request import AgentNotFound, request_run
 from tests.support.factories import Factories
 
 # A Wednesday: the budget week (Sunday 00:00 in the organisation zone) started three days ago.

@@ -18,7 +18,7 @@ from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Agent
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, shown_user
-from agent_engine.db.models import ADMIN_PAUSE_NOTE_MAX_CHARS
+from agent_engine.db.models.agents import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.runs import model_slots
 
 

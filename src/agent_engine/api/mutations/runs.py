@@ -6,11 +6,12 @@ import strawberry
 from sqlalchemy import text
 
 from agent_engine.api.access import is_owner, may_see
-from agent_engine.api.errors import AgentNotStartable, Conflict, NotFound
+from agent_engine.api.errors import Conflict, NotFound, StartRefused
 from agent_engine.api.ids import parse_id
 from agent_engine.api.mutations.common import owned_agent
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Run
+from agent_engine.domain.gate import AgentNotStartable
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.runs import cancel as run_cancel
 from agent_engine.runs import request as run_request
@@ -41,8 +42,8 @@ class RunMutation:
             )
         except run_request.AgentNotFound as exc:
             raise NotFound("agent", ident) from exc
-        except run_request.AgentNotStartable as exc:
-            raise AgentNotStartable(exc.lock.name) from exc
+        except AgentNotStartable as exc:
+            raise StartRefused(exc) from exc
         return Run.from_row(row, owner_id=int(agent["user_id"]))
 
     @described_mutation(

@@ -14,7 +14,7 @@ import strawberry
 from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
 
-from agent_engine.api.enums import AgentStatus, RunReason, RunState, RunTrigger
+from agent_engine.api.enums import AgentStatus
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
 from agent_engine.api.ids import decode_cursor
@@ -28,6 +28,7 @@ from agent_engine.api.types.schedules import Schedule, schedule_from_json
 from agent_engine.api.types.transcript import RunStep, viewer_owns_run
 from agent_engine.api.types.users import User, existing_user, owner_zone
 from agent_engine.domain import gate
+from agent_engine.domain.runs import RunReason, RunState, RunTrigger
 from agent_engine.domain.schedule import next_slots, parse_schedule
 from agent_engine.runtime.tools.registry import core_tools
 
@@ -209,7 +210,7 @@ class Agent:
     @strawberry.field
     def status(self) -> AgentStatus:
         status = gate.agent_status(**_gate(self.row), has_schedule=self.row["schedule"] is not None)
-        return AgentStatus[status.name]
+        return AgentStatus(status)
 
     @described(description="Why an admin paused it (null when not paused or no note was given).")
     def admin_pause_note(self) -> str | None:

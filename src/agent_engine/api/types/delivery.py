@@ -6,8 +6,8 @@ from datetime import datetime
 
 import strawberry
 
-from agent_engine.api.enums import DeliveryStatus
 from agent_engine.api.loaders import Row
+from agent_engine.domain.delivery import DeliveryStatus
 
 
 @strawberry.type(

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import strawberry
 
-from agent_engine.api.enums import Cadence
+from agent_engine.domain.schedule import Cadence
 
 
 @strawberry.type

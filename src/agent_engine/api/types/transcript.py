@@ -7,9 +7,9 @@ from datetime import datetime
 import strawberry
 from strawberry.scalars import JSON
 
-from agent_engine.api.enums import RunStepKind
 from agent_engine.api.loaders import Row
 from agent_engine.api.resolvers import Info
+from agent_engine.domain.runs import RunStepKind
 
 
 @strawberry.type

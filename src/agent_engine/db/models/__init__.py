@@ -1,0 +1,45 @@
+"""SQLAlchemy 2 models, one module per aggregate; `Base.metadata` holds them all once this package
+is imported (Alembic's env and the migration test read it).
+
+Database-held behaviour (triggers) is created by the migrations.
+"""
+
+from __future__ import annotations
+
+from agent_engine.db.models import agents, budget, delivery, neighbours, operators, runs
+from agent_engine.db.models.base import Base
+
+# Table names by Alembic branch: the neighbours' stand-ins, and the engine's own.
+PLATFORM_TABLES = (
+    "users",
+    "agent_models",
+    "tools",
+    "platform_settings",
+    "kb_documents",
+    "kb_document_grants",
+    "kb_document_links",
+)
+ENGINE_TABLES = (
+    "agents",
+    "agent_runs",
+    "agent_tools",
+    "budget_alerts",
+    "audit_log",
+    "engine_activity",
+    "agent_run_steps",
+    "delivery_targets",
+    "agent_delivery_targets",
+    "run_deliveries",
+)
+
+__all__ = [
+    "ENGINE_TABLES",
+    "PLATFORM_TABLES",
+    "Base",
+    "agents",
+    "budget",
+    "delivery",
+    "neighbours",
+    "operators",
+    "runs",
+]
