@@ -59,7 +59,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 
 from agent_engine.api.auth import Viewer
 from agent_engine.api.errors import ApiError, client_error
-from agent_engine.api.events import SubscriberTooSlow
+from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 
 if TYPE_CHECKING:

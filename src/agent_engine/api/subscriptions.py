@@ -22,9 +22,10 @@ from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
 from agent_engine.api.errors import NotFound
 from agent_engine.api.events import RunEvent as HubEvent
-from agent_engine.api.events import RunEventHub, Subscriber, SubscriberTooSlow
+from agent_engine.api.events import RunEventHub, Subscriber
 from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
 from agent_engine.api.queries import visible_agent
+from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.api.types import (
     Budget,
     BudgetAlert,

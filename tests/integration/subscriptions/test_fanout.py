@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.auth import Viewer
 from agent_engine.api.context import Context
-from agent_engine.api.events import SubscriberTooSlow
 from agent_engine.api.fanout import (
     _OPERATION,
     NO_USER_ID,
@@ -26,6 +25,7 @@ from agent_engine.api.fanout import (
     SocketOperation,
     shared_stream,
 )
+from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.settings import Settings
 
 QUERY = "subscription { seen { viewerId ownerId number } }"
