@@ -46,9 +46,10 @@ from agent_engine.api.auth import (
     viewer_of,
 )
 from agent_engine.api.context import Context, Enqueue
+from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
-from agent_engine.api.fanout import Broadcaster, dumps
+from agent_engine.api.fanout import Broadcaster
 from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.health import healthz, readyz
 from agent_engine.api.http_operations import ReleaseLoaders, SubscriptionsOverSocketsOnly

@@ -6,7 +6,7 @@ a client that reconnects re-queries the journal for what it missed (DESIGN §7).
 
 The resolvers check the viewer and the arguments when the operation starts (UNAUTHENTICATED,
 NOT_FOUND for someone else's agent: the client gets a protocol `error` message instead of a
-stream that ends with an error), then return a shared stream (api/fanout.py): subscribers with
+stream that ends with an error), then return a shared stream (api/fanout/): subscribers with
 the same document, variables and audience are executed once per event, together.
 """
 
