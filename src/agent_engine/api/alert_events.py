@@ -3,68 +3,45 @@
 The `budget_alerts` insert trigger NOTIFYs `budget_alert_events` with the whole (small) row; the
 process's RunEventHub hears that channel on its one LISTEN connection and hands each payload to
 this feed, which offers it to the subscribers allowed to see it: the owner's own, and every
-admin's. No database read per event. Queues are bounded like the run events' (a subscriber that
-falls behind is closed with SUBSCRIBER_TOO_SLOW); the stream is live, not replayed: a client that
-reconnects re-queries `viewer.budgetAlerts` / `adminBudgetAlerts`.
+admin's. No database read per event. Queues are bounded like the run events' (`api/subscribers.py`);
+the stream is live, not replayed: a client that reconnects re-queries `viewer.budgetAlerts` /
+`adminBudgetAlerts`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent_engine.api.events import RunEventHub, SubscriberTooSlow
+from agent_engine.api.events import RunEventHub
+from agent_engine.api.subscribers import BoundedSubscriber
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from agent_engine.runs.alerts import BudgetAlert
 
 CHANNEL = "budget_alert_events"
 
 
-class _Closed(Exception):
-    """Wakes a reader blocked on an empty queue when its subscriber is closed."""
+class AlertSubscriber(BoundedSubscriber[BudgetAlert]):
+    lag_message = "subscriber fell behind; re-query the alerts"
 
+    def __init__(
+        self,
+        owner_id: int | None,  # None: an admin, sees every owner's alerts
+        queue: asyncio.Queue[BudgetAlert | Exception],
+        feed: BudgetAlertFeed | None = None,
+    ) -> None:
+        super().__init__(queue)
+        self.owner_id = owner_id
+        self._feed = feed
 
-@dataclass(eq=False)
-class AlertSubscriber:
-    owner_id: int | None  # None: an admin, sees every owner's alerts
-    queue: asyncio.Queue[BudgetAlert | Exception] = field(repr=False)
-    _feed: BudgetAlertFeed | None = field(default=None, repr=False)
-    closed: bool = False
+    def alerts(self) -> AsyncIterator[BudgetAlert]:
+        return self.events()
 
-    def offer(self, alert: BudgetAlert) -> None:
-        if self.closed:
-            return
-        try:
-            self.queue.put_nowait(alert)
-        except asyncio.QueueFull:
-            with contextlib.suppress(asyncio.QueueEmpty):
-                self.queue.get_nowait()
-            self.queue.put_nowait(SubscriberTooSlow("subscriber fell behind; re-query the alerts"))
-            self.close()
-
-    async def alerts(self) -> AsyncIterator[BudgetAlert]:
-        try:
-            while not (self.closed and self.queue.empty()):
-                item = await self.queue.get()
-                if isinstance(item, _Closed):
-                    return
-                if isinstance(item, Exception):
-                    raise item
-                yield item
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if self._feed is not None:
-                self._feed._remove(self)
-            if self.queue.empty():
-                self.queue.put_nowait(_Closed())
+    def forget(self) -> None:
+        if self._feed is not None:
+            self._feed._remove(self)
 
 
 class BudgetAlertFeed:

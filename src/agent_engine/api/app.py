@@ -1,5 +1,5 @@
 """The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, the dashboard page,
-health, readiness and metrics.
+health and readiness (`api/health.py`) and metrics.
 
 The lifespan owns the process's resources and yields them as typed state (no globals): the engine,
 the settings, the broker used to send execute messages after a manual start, and the run-event hub
@@ -9,20 +9,17 @@ the settings, the broker used to send execute messages after a manual start, and
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict, cast
-from urllib.parse import urlsplit
+from typing import Any, cast
 
 import dramatiq
-import redis.asyncio as aioredis
 from cross_web import HTTPException
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -34,11 +31,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
-from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
-from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http.types import QueryParams
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
-from strawberry.types import ExecutionResult
-from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.alert_events import BudgetAlertFeed
@@ -53,18 +48,23 @@ from agent_engine.api.auth import (
     viewer_of,
 )
 from agent_engine.api.context import Context, Enqueue
+from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
-from agent_engine.api.fanout import Broadcaster, dumps
+from agent_engine.api.fanout import Broadcaster
 from agent_engine.api.guards import BodySizeLimit, document_guards
+from agent_engine.api.health import healthz, readyz
+from agent_engine.api.http_operations import ReleaseLoaders, SubscriptionsOverSocketsOnly
 from agent_engine.api.loaders import Loaders
 from agent_engine.api.schema import build_schema
 from agent_engine.api.sessions import SessionHandler, SessionRegistry
+from agent_engine.api.state import State, state_of
 from agent_engine.db.engine import create_engine
 from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runtime.tools.registry import sync_tool_catalog
-from agent_engine.settings import Settings
+from agent_engine.settings import Settings, load_settings
+from agent_engine.workers.broker import configure_broker, enqueue_execute
 
 logger = logging.getLogger("agent_engine.api")
 
@@ -73,26 +73,9 @@ GRAPHQL_PATH = "/graphql"
 DASHBOARD_PATH = "/dashboard"
 _HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 STATIC_PATH = "/static"
-READINESS_TIMEOUT_SECONDS = 2.0
 # The api starts serving subscriptions once its LISTEN connection is up, or after this long (the
 # listener keeps reconnecting in the background).
 HUB_LISTEN_TIMEOUT_SECONDS = 10.0
-AMQP_DEFAULT_PORT = 5672
-AMQPS_DEFAULT_PORT = 5671
-# The AMQP 0-9-1 protocol header; a broker answers with a Connection.Start method frame (type 1).
-AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-AMQP_METHOD_FRAME = 1
-
-
-class State(TypedDict):
-    engine: AsyncEngine
-    settings: Settings
-    broker: dramatiq.Broker | None
-    enqueue: Enqueue
-    hub: RunEventHub
-    sessions: SessionRegistry
-    alert_feed: BudgetAlertFeed
-    broadcaster: Broadcaster
 
 
 def _no_broker(run_id: int) -> None:
@@ -103,14 +86,7 @@ def _broker(settings: Settings) -> tuple[dramatiq.Broker | None, Enqueue]:
     if not settings.effective_broker_url:
         logger.warning("no REDIS_URL/BROKER_URL: manual runs are journaled but not sent")
         return None, _no_broker
-    from agent_engine.workers.broker import configure_broker, enqueue_execute
-
     return configure_broker(settings), enqueue_execute
-
-
-def _state(connection: Request | WebSocket) -> State:
-    # Starlette copies the lifespan's yielded mapping into each request's scope.
-    return cast(State, connection.scope["state"])
 
 
 async def _authenticate(
@@ -152,7 +128,9 @@ class GraphQLView(GraphQL[Context, None]):
 
     def __init__(self, settings: Settings, clock: Callable[[], datetime]) -> None:
         super().__init__(
-            build_schema(document_guards(settings)),
+            build_schema(
+                [SubscriptionsOverSocketsOnly, *document_guards(settings), ReleaseLoaders]
+            ),
             graphql_ide="graphiql",
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
@@ -174,7 +152,7 @@ class GraphQLView(GraphQL[Context, None]):
         await response(scope, receive, send)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
-        state = _state(request)
+        state = state_of(request)
         context = Context(
             engine=state["engine"],
             settings=state["settings"],
@@ -204,7 +182,7 @@ class GraphQLView(GraphQL[Context, None]):
         `subscribe` before the acknowledgement with 4401), as the protocol says.
         """
         viewer, error = await _authenticate(
-            _state(context.request),
+            state_of(context.request),
             _ws_authorization(context.connection_params or {}),
             now=self.clock(),
         )
@@ -217,7 +195,7 @@ class GraphQLView(GraphQL[Context, None]):
     async def reauthenticate(self, context: Context) -> Viewer:
         """The session's token checked again, as for a request (every WebSocket operation)."""
         viewer, error = await _authenticate(
-            _state(context.request),
+            state_of(context.request),
             _ws_authorization(context.connection_params or {}),
             now=self.clock(),
         )
@@ -228,42 +206,26 @@ class GraphQLView(GraphQL[Context, None]):
     async def render_graphql_ide(self, request: Request) -> Response:
         return HTMLResponse((STATIC_DIR / "graphiql.html").read_text())
 
-    async def execute_single(
-        self,
-        request: Any,
-        request_adapter: Any,
-        sub_response: Any,
-        context: Context,
-        root_value: None,
-        request_data: Any,
-    ) -> ExecutionResult:
-        """As Strawberry's, but subscriptions are for graphql-transport-ws only: over plain HTTP
-        they are a 400 rather than a resolver run outside of a stream."""
-        allowed = OperationType.from_http(request_adapter.method) - {OperationType.SUBSCRIPTION}
-        try:
-            return await self.schema.execute(
-                request_data.query,
-                root_value=root_value,
-                variable_values=request_data.variables,
-                context_value=context,
-                operation_name=request_data.operation_name,
-                allowed_operation_types=allowed,
-                operation_extensions=request_data.extensions,
+    def decode_json(self, data: str | bytes) -> object:
+        """A JSON array is a batch of operations, which this API does not take."""
+        decoded = super().decode_json(data)
+        if isinstance(decoded, list):
+            raise HTTPException(
+                400, "batched requests are not supported: send one GraphQL operation per request"
             )
-        except CannotGetOperationTypeError as exc:
-            raise HTTPException(400, exc.as_http_error_reason()) from exc
-        except InvalidOperationTypeError as exc:
-            raise HTTPException(400, exc.as_http_error_reason(request_adapter.method)) from exc
-        except MissingQueryError as exc:
-            raise HTTPException(400, "No GraphQL query found in the request") from exc
-        finally:
-            # The loaders' shared connection goes back to the pool with the request.
-            await context.release()
+        return decoded
 
-    def _validate_batch_request(self, request_data: Any, protocol: Any) -> None:
-        raise HTTPException(
-            400, "batched requests are not supported: send one GraphQL operation per request"
-        )
+    def parse_query_params(self, params: QueryParams) -> dict[str, Any]:
+        """A GET's `variables` and `extensions` are JSON too, but an array there is no batch:
+        Strawberry's own check then names the field."""
+        parsed: dict[str, Any] = dict(params)
+        for key in ("variables", "extensions"):
+            if value := parsed.get(key):
+                try:
+                    parsed[key] = json.loads(value)
+                except json.JSONDecodeError as exc:
+                    raise HTTPException(400, f"`{key}` is not valid JSON") from exc
+        return parsed
 
 
 def _ws_authorization(params: dict[str, Any]) -> str | None:
@@ -308,82 +270,10 @@ async def dashboard(request: Request) -> Response:
     )
 
 
-async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
-
-
-async def readyz(request: Request) -> Response:
-    """Ready when the database and the broker answer; 503 naming what is down otherwise."""
-    state = _state(request)
-    database, broker = await asyncio.gather(
-        _check_database(state["engine"]), _check_broker(state["settings"].effective_broker_url)
-    )
-    body: dict[str, str] = {"database": database, "broker": broker}
-    # Informational: a reconnecting listener delays subscription events, not requests.
-    body["events"] = "listening" if state["hub"].listening else "reconnecting"
-    down = [name for name in ("database", "broker") if body[name] == "unreachable"]
-    if down:
-        return JSONResponse({"status": "unavailable", "down": down, **body}, status_code=503)
-    return JSONResponse({"status": "ready", **body})
-
-
-async def _check_database(engine: AsyncEngine) -> str:
-    try:
-        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-    except Exception as exc:
-        logger.warning("readiness: database unreachable: %s", exc)
-        return "unreachable"
-    return "ok"
-
-
-async def _check_broker(url: str | None) -> str:
-    if not url:
-        return "not configured"
-    try:
-        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
-            if url.startswith(("amqp://", "amqps://")):
-                await _amqp_handshake(url)
-            else:
-                client = aioredis.Redis.from_url(
-                    url,
-                    socket_connect_timeout=READINESS_TIMEOUT_SECONDS,
-                    socket_timeout=READINESS_TIMEOUT_SECONDS,
-                )
-                try:
-                    await client.ping()
-                finally:
-                    await client.aclose()
-    except Exception as exc:
-        logger.warning("readiness: broker unreachable: %s", exc)
-        return "unreachable"
-    return "ok"
-
-
-async def _amqp_handshake(url: str) -> None:
-    """Open a connection and read the broker's Connection.Start: it speaks AMQP and accepts us.
-    (Credentials are checked by the workers' own connections, not here.)"""
-    parts = urlsplit(url)
-    tls = parts.scheme == "amqps"
-    port = parts.port or (AMQPS_DEFAULT_PORT if tls else AMQP_DEFAULT_PORT)
-    reader, writer = await asyncio.open_connection(parts.hostname or "localhost", port, ssl=tls)
-    try:
-        writer.write(AMQP_PROTOCOL_HEADER)
-        await writer.drain()
-        frame_type = (await reader.readexactly(1))[0]
-        if frame_type != AMQP_METHOD_FRAME:
-            raise ConnectionError(f"not an AMQP 0-9-1 broker (frame type {frame_type})")
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-
-
 async def metrics(request: Request) -> Response:
     """Prometheus text: this process's instruments plus the cluster-wide journal families."""
     try:
-        async with _state(request)["engine"].connect() as conn:
+        async with state_of(request)["engine"].connect() as conn:
             snapshot = await database_snapshot(conn)
     except Exception as exc:
         # The scrape fails visibly (an alert) but still shows the process's own instruments.
@@ -486,8 +376,6 @@ def create_app(
 
 def create_app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` worker processes: each loads Settings itself."""
-    from agent_engine.settings import load_settings
-
     return create_app(load_settings())
 
 

@@ -42,7 +42,7 @@ class Context:
     sessions: SessionRegistry | None = None
     # Budget alerts as they are recorded (the budgetAlerts subscription).
     alert_feed: BudgetAlertFeed | None = None
-    # The process's subscription groups (api/fanout.py): one execution per event and group.
+    # The process's subscription groups (api/fanout/): one execution per event and group.
     broadcaster: Broadcaster | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     _loaders: Loaders | None = field(default=None, init=False, repr=False)
@@ -50,7 +50,7 @@ class Context:
     @property
     def loaders(self) -> Loaders:
         """Built on first use: most subscription events resolve without touching the database,
-        and building nine DataLoaders per event and subscriber was a third of the fan-out's CPU."""
+        and nine DataLoaders per event and subscriber would cost the fan-out CPU for nothing."""
         if self._loaders is None:
             self._loaders = Loaders(self.engine, now=self.now)
         return self._loaders

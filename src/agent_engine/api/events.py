@@ -5,10 +5,9 @@ the run row once (a burst is loaded in one statement), whatever the number of su
 hands every subscriber whose viewer may see the run an event that shows the state of *its*
 transition with its previous state -- not whatever the row holds by the time it is delivered.
 
-Subscribers have bounded queues: one that falls behind by more than its queue is closed with an
-error rather than allowed to grow memory (a client re-queries the journal after reconnecting).
-The listener reconnects after the database goes away; events committed while it was away are not
-replayed (the stream is live, DESIGN §7).
+Subscribers have bounded queues (`api/subscribers.py`). The listener reconnects after the
+database goes away (`db/listen.py`); events committed while it was away are not replayed: the
+stream is live, and a client re-queries the journal after reconnecting.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -24,6 +23,8 @@ from typing import Any
 import asyncpg
 import structlog
 
+from agent_engine.api.subscribers import BoundedSubscriber
+from agent_engine.db.listen import Listener, Notify
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from agent_engine.settings import to_libpq_url
 
@@ -31,7 +32,6 @@ CHANNEL = "agent_run_events"
 # Transcript changes (agent_run_steps rows): ids only; they wake the runSteps subscribers of the
 # run, which read the steps themselves (see `StepWatch`).
 STEPS_CHANNEL = "agent_run_steps"
-RECONNECT_DELAY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 # Fields that only exist once a run reached a later state than the event shows.
 _LATER_FIELDS_BY_STATE = {
     "queued": ("started_at", "finished_at", "heartbeat_at", "output", "error", "reason", "cost"),
@@ -59,89 +59,34 @@ class RunEvent:
         return int(self.run["agent_id"])
 
 
-class SubscriberTooSlow(Exception):
-    """The subscriber's queue overflowed; the subscription ends, the client re-queries."""
-
-
-class _StreamEnded(Exception):
-    """Wakes a reader blocked on an empty queue when the subscriber is closed (hub stopping)."""
-
-
-@dataclass(eq=False)
-class Subscriber:
+class Subscriber(BoundedSubscriber[RunEvent]):
     """One subscription: which runs it may see and its bounded queue."""
 
-    owner_id: int | None  # None: an admin, sees every owner's runs
-    agent_id: int | None
-    queue: asyncio.Queue[RunEvent | Exception] = field(repr=False)
-    _hub: RunEventHub | None = field(default=None, repr=False)
-    closed: bool = False
-    # A subscription of its own (in `agent_engine_active_subscriptions`), or the shared source of
-    # a group of subscriptions (api/fanout.py), which counts its members instead.
-    counted: bool = True
+    def __init__(
+        self,
+        owner_id: int | None,  # None: an admin, sees every owner's runs
+        agent_id: int | None,
+        queue: asyncio.Queue[RunEvent | Exception],
+        hub: RunEventHub | None = None,
+        *,
+        counted: bool = True,
+    ) -> None:
+        super().__init__(queue)
+        self.owner_id = owner_id
+        self.agent_id = agent_id
+        self._hub = hub
+        # A subscription of its own (in `agent_engine_active_subscriptions`), or the shared source
+        # of a group of subscriptions (api/fanout), which counts its members instead.
+        self.counted = counted
 
     def wants(self, owner_id: int, agent_id: int) -> bool:
         if self.owner_id is not None and owner_id != self.owner_id:
             return False
         return self.agent_id is None or agent_id == self.agent_id
 
-    def offer(self, event: RunEvent) -> None:
-        if self.closed:
-            return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            # Make room for the terminal error so the reader learns why the stream ended.
-            with contextlib.suppress(asyncio.QueueEmpty):
-                self.queue.get_nowait()
-            self.queue.put_nowait(SubscriberTooSlow("subscriber fell behind; re-query the journal"))
-            self.close()
-
-    async def events(self) -> AsyncIterator[RunEvent]:
-        """The events until the subscriber is closed (then the iterator ends) or falls behind."""
-        try:
-            while not (self.closed and self.queue.empty()):
-                item = await self.queue.get()
-                if isinstance(item, _StreamEnded):
-                    return
-                if isinstance(item, Exception):
-                    raise item
-                yield item
-        finally:
-            self.close()
-
-    async def batches(self) -> AsyncIterator[list[RunEvent]]:
-        """As `events`, but what is already queued comes at once (a burst is handled together)."""
-        try:
-            while not (self.closed and self.queue.empty()):
-                items = [await self.queue.get()]
-                while not self.queue.empty():
-                    items.append(self.queue.get_nowait())
-                batch: list[RunEvent] = []
-                for item in items:
-                    if isinstance(item, _StreamEnded):
-                        break
-                    if isinstance(item, Exception):
-                        if batch:
-                            yield batch
-                        raise item
-                    batch.append(item)
-                if batch:
-                    yield batch
-                if len(batch) < len(items):  # ended
-                    return
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if self._hub is not None:
-                self._hub._remove(self)
-            # A reader waiting on an empty queue would wait forever; one with items left drains
-            # them and then sees `closed`.
-            if self.queue.empty():
-                self.queue.put_nowait(_StreamEnded())
+    def forget(self) -> None:
+        if self._hub is not None:
+            self._hub._remove(self)
 
 
 @dataclass(eq=False)
@@ -178,25 +123,31 @@ class RunEventHub:
         self._admins: set[Subscriber] = set()
         self._notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._listening = asyncio.Event()
         self._loader: asyncpg.Connection | None = None
-        self._channels: dict[str, ChannelHandler] = {}
         self._step_watches: dict[int, set[StepWatch]] = {}
+        # Read by the listener at each connect: `add_channel` adds to it.
+        self._channels: dict[str, Notify] = {
+            CHANNEL: self._on_notify,
+            STEPS_CHANNEL: self._on_step_notify,
+        }
+        self._listener = Listener(
+            self._dsn, self._channels, name="run events", on_reconnect=self._caught_up
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._listen_forever(), name="run-events-listen"),
+            asyncio.create_task(self._listener.run(), name="run-events-listen"),
             asyncio.create_task(self._dispatch_forever(), name="run-events-dispatch"),
         ]
 
     async def wait_listening(self) -> None:
-        await self._listening.wait()
+        await self._listener.listening.wait()
 
     @property
     def listening(self) -> bool:
-        return self._listening.is_set()
+        return self._listener.listening.is_set()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -216,7 +167,7 @@ class RunEventHub:
     def add_channel(self, channel: str, handler: ChannelHandler) -> None:
         """Hear another channel on the same LISTEN connection (one per api process), e.g. the
         budget alerts (`api/alert_events.py`). Call before `start()`."""
-        self._channels[channel] = handler
+        self._channels[channel] = partial(self._on_channel, handler)
 
     # -- subscribers -------------------------------------------------------------------------
 
@@ -299,42 +250,9 @@ class RunEventHub:
 
     # -- listening ---------------------------------------------------------------------------
 
-    async def _listen_forever(self) -> None:
-        attempt = 0
-        while True:
-            lost = asyncio.Event()
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(self._dsn)
-                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._on_notify)
-                for channel, handler in self._channels.items():
-                    await conn.add_listener(channel, partial(self._on_channel, handler))
-                await conn.add_listener(STEPS_CHANNEL, self._on_step_notify)
-                self._listening.set()
-                if attempt:
-                    log.info("run events listener reconnected", attempts=attempt)
-                    self._wake_steps()
-                attempt = 0
-                while not lost.is_set():
-                    # Terminations are not always reported (e.g. a half-open socket): probe.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), 5.0)
-                    if not lost.is_set():
-                        await asyncio.wait_for(conn.execute("SELECT 1"), 5.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("run events listener lost the database", error=str(exc))
-            finally:
-                self._listening.clear()
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close(timeout=1)
-            await asyncio.sleep(
-                RECONNECT_DELAY_SECONDS[min(attempt, len(RECONNECT_DELAY_SECONDS) - 1)]
-            )
-            attempt += 1
+    async def _caught_up(self) -> None:
+        """After a reconnect: step changes may have been missed, the runSteps readers re-read."""
+        self._wake_steps()
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:

@@ -6,7 +6,6 @@ when the committed file drifts from the code.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,21 +17,8 @@ from agent_engine.api.errors import ErrorPolicy
 from agent_engine.api.mutations import Mutation
 from agent_engine.api.queries import Query
 from agent_engine.api.scalars import SCALAR_MAP
+from agent_engine.api.subscriptions import Subscription
 from agent_engine.api.types.agents import RunEvent
-
-SUBSCRIPTIONS_MODULE = "agent_engine.api.subscriptions"
-
-
-def subscription_type() -> type[Any] | None:
-    """`Subscription` from api/subscriptions.py (imported lazily: it needs the whole API)."""
-    try:
-        module = importlib.import_module(SUBSCRIPTIONS_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != SUBSCRIPTIONS_MODULE:
-            raise
-        return None
-    subscription: type[Any] = module.Subscription
-    return subscription
 
 
 class Schema(strawberry.Schema):
@@ -48,10 +34,10 @@ def build_schema(
     return Schema(
         query=Query,
         mutation=Mutation,
-        subscription=subscription_type(),
+        subscription=Subscription,
         types=[RunEvent],
         extensions=[*extensions, ErrorPolicy],
-        config=StrawberryConfig(batching_config=None, scalar_map=SCALAR_MAP),
+        config=StrawberryConfig(scalar_map=SCALAR_MAP),
     )
 
 

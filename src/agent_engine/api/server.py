@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import uvicorn
 
+from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings
 
 APP_FACTORY = "agent_engine.api.app:create_app_from_environment"
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
-    from agent_engine.observability.logging import configure_logging
-
     configure_logging(settings)
     if workers > 1:
         # Worker processes cannot receive a live object: each builds its app from the environment.
@@ -26,6 +25,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
             proxy_headers=True,
         )
         return
+    # Imported only here: the supervisor of several workers never builds an app (start-up cost).
     from agent_engine.api.app import create_app
 
     uvicorn.run(

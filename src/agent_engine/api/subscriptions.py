@@ -6,7 +6,7 @@ a client that reconnects re-queries the journal for what it missed (DESIGN §7).
 
 The resolvers check the viewer and the arguments when the operation starts (UNAUTHENTICATED,
 NOT_FOUND for someone else's agent: the client gets a protocol `error` message instead of a
-stream that ends with an error), then return a shared stream (api/fanout.py): subscribers with
+stream that ends with an error), then return a shared stream (api/fanout/): subscribers with
 the same document, variables and audience are executed once per event, together.
 """
 
@@ -22,10 +22,11 @@ from agent_engine.api.access import is_owner, visible_agent, visible_run
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
 from agent_engine.api.events import RunEvent as HubEvent
-from agent_engine.api.events import RunEventHub, Subscriber, SubscriberTooSlow
+from agent_engine.api.events import RunEventHub, Subscriber
 from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
 from agent_engine.api.ids import parse_id
 from agent_engine.api.resolvers import Info
+from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.api.types.agents import Run, RunEvent
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep

@@ -21,19 +21,16 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
 from agent_engine.db import runs as runs_sql
+from agent_engine.db.listen import Listener
 from agent_engine.settings import to_libpq_url
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "agent_run_cancels"
-RECONNECT_DELAY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
-# A half-open socket does not always report its end: probe the listening connection this often.
-PROBE_SECONDS = 5.0
 # A cancel can arrive a moment before this process registers the run it just claimed: remember
 # cancels of unwatched runs this long (and at most this many), and honour them in `watch`.
 RECENT_CANCEL_SECONDS = 60.0
@@ -97,18 +94,23 @@ class CancelWatcher:
     """A worker process's ear for cancels of the runs it executes."""
 
     def __init__(self, database_url: str) -> None:
-        self._dsn = to_libpq_url(database_url)
+        self._listener = Listener(
+            to_libpq_url(database_url),
+            {CHANNEL: self._on_notify},
+            name="cancel",
+            on_reconnect=self._recheck,
+        )
         self._watched: dict[int, asyncio.Future[Any]] = {}
         self._recent: OrderedDict[int, float] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         self._checker: AsyncEngine | None = None
-        self.listening = asyncio.Event()
+        self.listening = self._listener.listening
 
     def start(self, engine: AsyncEngine) -> None:
         """Start listening (idempotent); `engine` serves the re-checks after a reconnect."""
         self._checker = engine
         if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._listen_forever())
+            self._task = asyncio.ensure_future(self._listener.run())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -156,36 +158,3 @@ class CancelWatcher:
             result = await conn.execute(runs_sql.NOT_RUNNING, {"ids": list(self._watched)})
             for row in result:
                 self._cancel(int(row.id))
-
-    async def _listen_forever(self) -> None:
-        attempt = 0
-        while True:
-            lost = asyncio.Event()
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(self._dsn)
-                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._on_notify)
-                self.listening.set()
-                if attempt:
-                    log.info("cancel listener reconnected")
-                    await self._recheck()
-                attempt = 0
-                while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), PROBE_SECONDS)
-                    if not lost.is_set():
-                        await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_SECONDS)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("cancel listener lost the database: %s", exc)
-            finally:
-                self.listening.clear()
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close(timeout=1)
-            await asyncio.sleep(
-                RECONNECT_DELAY_SECONDS[min(attempt, len(RECONNECT_DELAY_SECONDS) - 1)]
-            )
-            attempt += 1

@@ -1,9 +1,8 @@
 """The actors, thin: each reads its settings, calls one function of `runs/`, returns.
 
 Actors are declared on a broker by `declare_actors` (called from `broker.configure_broker`), not at
-import time, so importing this module connects to nothing. The per-process database engine,
-runtime and in-flight set are created lazily on the process's one event loop (the `SharedAsyncIO`
-middleware's, which every async actor of the process runs on) and closed when the worker stops.
+import time, so importing this module connects to nothing. Their per-process resources live in a
+`WorkerContext` (`workers/context.py`), on the process's one event loop (`workers/middleware.py`).
 
 `execute_run` does not hold its Dramatiq thread for the run's life: it waits for a place in the
 in-flight set, claims, hands the claimed run to a task on the loop and returns (see
@@ -15,30 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import dramatiq
-import httpx
 import structlog
-from dramatiq.asyncio import get_event_loop_thread
-from dramatiq.middleware import AsyncIO, Middleware
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import activity
-from agent_engine.db.engine import create_engine
 from agent_engine.delivery import outbox
 from agent_engine.domain.runs import RunState
 from agent_engine.runs import execute, reaper, retention, scheduler
-from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.execute import Claim
-from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
-from agent_engine.workers.inflight import InFlight, WorkerStopping
+from agent_engine.workers.context import EnqueueDelivery, EnqueueExecute, WorkerContext
+from agent_engine.workers.inflight import WorkerStopping
+from agent_engine.workers.middleware import SharedAsyncIO, WorkerContextMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -66,106 +59,8 @@ EXECUTE_PRIORITY = 10
 # never holds a worker thread. A lost attempt is covered by its lease (delivery/outbox.py).
 DELIVER_PRIORITY = 20
 DELIVER_TIME_LIMIT_SECONDS = 60.0
-# How long a stopping worker lets runs in flight finish before interrupting them (set per stop).
-DEFAULT_SHUTDOWN_GRACE_SECONDS = 20.0
 # The database is away (restart, network): an actor logs one line and the work is retried.
 DATABASE_ERRORS = (DBAPIError, OSError)
-
-
-class WorkerContext:
-    """Per-process resources of the actors: settings, then a lazily created engine, runtime and
-    in-flight set (all bound to the process's event loop)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.shutdown_grace_seconds = DEFAULT_SHUTDOWN_GRACE_SECONDS
-        self._engine: AsyncEngine | None = None
-        self._runtime: Runtime | None = None
-        self._in_flight: InFlight | None = None
-        self._cancels: CancelWatcher | None = None
-        self._http: httpx.AsyncClient | None = None
-        self._deliveries: set[asyncio.Task[Any]] = set()
-
-    @property
-    def engine(self) -> AsyncEngine:
-        if self._engine is None:
-            # No pre-ping: a dead pooled connection fails the actor, and Dramatiq retries it.
-            self._engine = create_engine(self.settings, pre_ping=False)
-        return self._engine
-
-    @property
-    def runtime(self) -> Runtime:
-        if self._runtime is None:
-            self._runtime = Runtime(
-                self.engine,
-                model_timeout_seconds=self.settings.model_timeout_seconds,
-                tool_timeout_seconds=self.settings.tool_timeout_seconds,
-                model_concurrency=self.settings.runs_in_flight,
-            )
-        return self._runtime
-
-    @property
-    def in_flight(self) -> InFlight:
-        if self._in_flight is None:
-            self._in_flight = InFlight(self.settings.runs_in_flight)
-        return self._in_flight
-
-    @property
-    def cancels(self) -> CancelWatcher:
-        """The process's cancelRun listener, started on first use (on the actors' loop)."""
-        if self._cancels is None:
-            self._cancels = CancelWatcher(self.settings.require_database_url())
-        self._cancels.start(self.engine)
-        return self._cancels
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        """The deliveries' HTTP client: redirects are not followed (DESIGN §10)."""
-        if self._http is None:
-            self._http = httpx.AsyncClient(
-                follow_redirects=False,
-                timeout=self.settings.delivery_timeout_seconds,
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=20),
-            )
-        return self._http
-
-    def track_delivery(self, task: asyncio.Task[Any]) -> None:
-        self._deliveries.add(task)
-        task.add_done_callback(self._delivery_done)
-
-    def _delivery_done(self, task: asyncio.Task[Any]) -> None:
-        self._deliveries.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # The lease expires and the dispatcher sends it again.
-            log.warning("a delivery attempt failed", exc_info=task.exception())
-
-    def stop_admitting(self) -> None:
-        """On the loop: refuse new runs (the worker is stopping); runs in flight go on."""
-        if self._in_flight is not None:
-            self._in_flight.stop_admitting()
-
-    async def close(self) -> None:
-        """Let runs in flight finish (grace), interrupt the rest (they journal it), release the
-        database pool and the model clients."""
-        if self._in_flight is not None:
-            await self._in_flight.drain(self.shutdown_grace_seconds)
-        pending = [task for task in self._deliveries if not task.done()]
-        for task in pending:
-            task.cancel()  # an interrupted attempt is sent again when its lease expires
-        if pending:
-            await asyncio.wait(pending, timeout=5)
-        if self._cancels is not None:
-            cancels, self._cancels = self._cancels, None
-            await cancels.stop()
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.aclose()
-        if self._runtime is not None:
-            runtime, self._runtime = self._runtime, None
-            await runtime.aclose()
-        if self._engine is not None:
-            engine, self._engine = self._engine, None
-            await engine.dispose()
 
 
 _context: WorkerContext | None = None
@@ -183,8 +78,6 @@ def worker_context() -> WorkerContext:
 
 
 async def execute_run(run_id: int) -> None:
-    from agent_engine.workers.broker import enqueue_execute
-
     context = _require_context()
     in_flight = context.in_flight
     try:
@@ -195,7 +88,7 @@ async def execute_run(run_id: int) -> None:
     try:
         with structlog.contextvars.bound_contextvars(run_id=run_id):
             claim = await execute.claim_run(
-                context.engine, run_id, now=execute.utc_now(), enqueue=enqueue_execute
+                context.engine, run_id, now=execute.utc_now(), enqueue=context.enqueue_execute
             )
     except DATABASE_ERRORS as exc:
         # Nothing was claimed (the claim is one transaction): Dramatiq retries the message with
@@ -213,8 +106,6 @@ async def execute_run(run_id: int) -> None:
 
 
 async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
-    from agent_engine.workers.broker import enqueue_execute
-
     settings = context.settings
     with structlog.contextvars.bound_contextvars(run_id=claim.run_id):
         await execute.execute_claimed(
@@ -223,21 +114,19 @@ async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
             claim,
             heartbeat_interval=settings.heartbeat_interval,
             run_timeout=timedelta(seconds=settings.run_timeout_seconds),
-            enqueue=enqueue_execute,
+            enqueue=context.enqueue_execute,
             cancels=context.cancels,
         )
 
 
 async def schedule_due_agents() -> None:
-    from agent_engine.workers.broker import enqueue_execute
-
     context = _require_context()
     try:
         claimed = await scheduler.schedule_due_agents(
             context.engine,
             now=execute.utc_now(),
             batch_size=context.settings.schedule_batch_size,
-            enqueue=enqueue_execute,
+            enqueue=context.enqueue_execute,
         )
     except DATABASE_ERRORS as exc:
         log.warning("schedule tick skipped, the database is unreachable: %s", exc)
@@ -247,8 +136,6 @@ async def schedule_due_agents() -> None:
 
 
 async def reap_stale_runs() -> None:
-    from agent_engine.workers.broker import enqueue_execute
-
     context = _require_context()
     settings = context.settings
     try:
@@ -259,7 +146,7 @@ async def reap_stale_runs() -> None:
             resend_after=timedelta(seconds=settings.queued_resend_after_seconds),
             fail_after=timedelta(seconds=settings.queued_fail_after_seconds),
             slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
-            enqueue=enqueue_execute,
+            enqueue=context.enqueue_execute,
         )
     except DATABASE_ERRORS as exc:
         log.warning("reap tick skipped, the database is unreachable: %s", exc)
@@ -296,13 +183,11 @@ def _recorded_tick(name: str, tick: Callable[[], Awaitable[None]]) -> Callable[[
 
 
 async def dispatch_deliveries() -> None:
-    from agent_engine.workers.broker import enqueue_delivery
-
     context = _require_context()
     sent = await outbox.dispatch_due(
         context.engine,
         now=execute.utc_now(),
-        enqueue=enqueue_delivery,
+        enqueue=context.enqueue_delivery,
         per_target=context.settings.delivery_concurrency_per_target,
         lease=timedelta(seconds=context.settings.delivery_lease_seconds),
     )
@@ -337,68 +222,21 @@ class Actors:
     deliver: dramatiq.Actor[[int, str], None]
 
 
-class SharedAsyncIO(AsyncIO):
-    """Dramatiq's AsyncIO middleware for several `dramatiq.Worker`s in one process: the first to
-    boot starts the event loop, the last to shut down stops it (the runs and the ticks worker
-    share one loop, one engine and one in-flight set)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._workers = 0
-
-    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        with self._lock:
-            self._workers += 1
-            if self._workers == 1:
-                super().before_worker_boot(broker, worker)  # type: ignore[no-untyped-call]
-
-    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        with self._lock:
-            self._workers -= 1
-            if self._workers == 0:
-                super().after_worker_shutdown(broker, worker)  # type: ignore[no-untyped-call]
-
-
-class _ContextMiddleware(Middleware):
-    """Stops admitting runs when a worker begins to stop; closes the per-process resources after
-    the last worker stopped, while the event loop still runs (SharedAsyncIO stops it next)."""
-
-    def __init__(self, context: WorkerContext) -> None:
-        self.context = context
-        self._lock = threading.Lock()
-        self._workers = 0
-
-    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        with self._lock:
-            self._workers += 1
-
-    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        # The process is stopping (its workers stop together): wake the threads waiting for an
-        # in-flight place, so Dramatiq can join them; their messages go back to the broker.
-        loop_thread = get_event_loop_thread()
-        if loop_thread is not None:
-            loop_thread.loop.call_soon_threadsafe(self.context.stop_admitting)
-
-    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        with self._lock:
-            self._workers -= 1
-            last = self._workers == 0
-        loop_thread = get_event_loop_thread()
-        if not last or loop_thread is None:
-            return
-        try:
-            loop_thread.run_coroutine(self.context.close())
-        except Exception:
-            log.warning("could not close the worker's resources cleanly", exc_info=True)
-
-
-def declare_actors(broker: dramatiq.Broker, settings: Settings) -> Actors:
-    """Bind the actors to `broker` (which has `SharedAsyncIO`) with options from `settings`."""
+def declare_actors(
+    broker: dramatiq.Broker,
+    settings: Settings,
+    *,
+    enqueue_execute: EnqueueExecute,
+    enqueue_delivery: EnqueueDelivery,
+) -> Actors:
+    """Bind the actors to `broker` (which has `SharedAsyncIO`) with options from `settings`; the
+    actors send follow-up messages through `enqueue_execute` and `enqueue_delivery`."""
     global _context
-    _context = WorkerContext(settings)
+    _context = WorkerContext(
+        settings, enqueue_execute=enqueue_execute, enqueue_delivery=enqueue_delivery
+    )
     # `after` in the list: Dramatiq emits after_* hooks in reverse order, so ours runs first.
-    broker.add_middleware(_ContextMiddleware(_context), after=SharedAsyncIO)
+    broker.add_middleware(WorkerContextMiddleware(_context), after=SharedAsyncIO)
     execute_limit_ms = int((settings.run_timeout_seconds + ACTOR_TIME_LIMIT_MARGIN_SECONDS) * 1000)
 
     def tick(name: str, fn: Any, *, every_seconds: float, ages: int) -> Any:

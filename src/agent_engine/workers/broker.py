@@ -7,13 +7,23 @@ clock and the workers all call `configure_broker(settings)` once at start-up; af
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dramatiq
+import redis.asyncio as aioredis
 
 from agent_engine.settings import Settings
-from agent_engine.workers.actors import Actors, SharedAsyncIO, declare_actors
+from agent_engine.workers.actors import Actors, declare_actors
+from agent_engine.workers.middleware import SharedAsyncIO
+
+AMQP_DEFAULT_PORT = 5672
+AMQPS_DEFAULT_PORT = 5671
+# The AMQP 0-9-1 protocol header; a broker answers with a Connection.Start method frame (type 1).
+AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+AMQP_METHOD_FRAME = 1
 
 _lock = threading.Lock()
 _configured: tuple[Settings, dramatiq.Broker, Actors] | None = None
@@ -35,7 +45,9 @@ def configure_broker(settings: Settings) -> dramatiq.Broker:
             _configured = None
         broker = _make_broker(settings)
         broker.add_middleware(SharedAsyncIO())
-        actors = declare_actors(broker, settings)
+        actors = declare_actors(
+            broker, settings, enqueue_execute=enqueue_execute, enqueue_delivery=enqueue_delivery
+        )
         dramatiq.set_broker(broker)
         _configured = (settings, broker, actors)
         return broker
@@ -49,7 +61,7 @@ def _make_broker(settings: Settings) -> dramatiq.Broker:
     if not url:
         raise RuntimeError("no broker: set REDIS_URL (or BROKER_URL=amqp://… for RabbitMQ)")
     timeout = settings.broker_timeout_seconds
-    if url.startswith(("amqp://", "amqps://")):
+    if _is_amqp(url):
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
         return RabbitmqBroker(url=_with_amqp_timeouts(url, timeout))
@@ -61,6 +73,10 @@ def _make_broker(settings: Settings) -> dramatiq.Broker:
         url, socket_timeout=timeout, socket_connect_timeout=timeout
     )
     return RedisBroker(connection_pool=pool)  # type: ignore[no-untyped-call]
+
+
+def _is_amqp(url: str) -> bool:
+    return url.startswith(("amqp://", "amqps://"))
 
 
 def _with_amqp_timeouts(url: str, timeout: float) -> str:
@@ -111,3 +127,37 @@ def close_broker() -> None:
         if _configured is not None:
             _configured[1].close()
             _configured = None
+
+
+async def ping_broker(url: str, *, timeout_seconds: float) -> None:
+    """Raise unless the broker at `url` answers (the readiness probe): a Redis PING, or the AMQP
+    handshake's first frame."""
+    if _is_amqp(url):
+        await _amqp_handshake(url)
+        return
+    client = aioredis.Redis.from_url(
+        url, socket_connect_timeout=timeout_seconds, socket_timeout=timeout_seconds
+    )
+    try:
+        await client.ping()
+    finally:
+        await client.aclose()
+
+
+async def _amqp_handshake(url: str) -> None:
+    """Open a connection and read the broker's Connection.Start: it speaks AMQP and accepts us.
+    (Credentials are checked by the workers' own connections, not here.)"""
+    parts = urlsplit(url)
+    tls = parts.scheme == "amqps"
+    port = parts.port or (AMQPS_DEFAULT_PORT if tls else AMQP_DEFAULT_PORT)
+    reader, writer = await asyncio.open_connection(parts.hostname or "localhost", port, ssl=tls)
+    try:
+        writer.write(AMQP_PROTOCOL_HEADER)
+        await writer.drain()
+        frame_type = (await reader.readexactly(1))[0]
+        if frame_type != AMQP_METHOD_FRAME:
+            raise ConnectionError(f"not an AMQP 0-9-1 broker (frame type {frame_type})")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()

@@ -43,6 +43,17 @@ async def test_batching_is_refused_with_a_clear_error(api: Api) -> None:
     assert "batch" in response.json()["errors"][0]["message"]
 
 
+async def test_get_variables_that_are_not_an_object_are_refused_naming_them(api: Api) -> None:
+    response = await api.client.get(
+        f"{api.url}/graphql",
+        params={"query": "{ __typename }", "variables": "[1, 2]"},
+        headers={"Authorization": f"Bearer {api.token(USER)}"},
+    )
+    assert response.status_code == 400
+    message = response.json()["errors"][0]["message"]
+    assert "variables" in message and "batch" not in message
+
+
 async def test_body_size_limit(api: Api) -> None:
     big = "x" * (api.settings.max_body_bytes + 1)
     response = await api.client.post(

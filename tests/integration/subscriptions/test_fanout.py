@@ -1,4 +1,4 @@
-"""Grouped delivery (api/fanout.py) in process: a real Strawberry schema and Broadcaster, an
+"""Grouped delivery (api/fanout/) in process: a real Strawberry schema and Broadcaster, an
 in-memory event source, and sockets that record the text written to them."""
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.auth import Viewer
 from agent_engine.api.context import Context
-from agent_engine.api.events import SubscriberTooSlow
 from agent_engine.api.fanout import (
-    _OPERATION,
     NO_USER_ID,
     SKIP,
     Broadcaster,
@@ -26,6 +24,8 @@ from agent_engine.api.fanout import (
     SocketOperation,
     shared_stream,
 )
+from agent_engine.api.fanout.socket import _OPERATION
+from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.settings import Settings
 
 QUERY = "subscription { seen { viewerId ownerId number } }"

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agent_engine.api.alert_events import BudgetAlertFeed, alert_from_payload
-from agent_engine.api.events import SubscriberTooSlow
+from agent_engine.api.subscribers import SubscriberTooSlow
 
 
 def payload(owner_id: int, percent: int, id: int = 1) -> dict[str, object]:

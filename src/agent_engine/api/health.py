@@ -1,0 +1,61 @@
+"""Liveness and readiness: `/healthz` answers while the process serves; `/readyz` asks the
+database and the broker and says which of them is down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from agent_engine.api.state import state_of
+from agent_engine.workers.broker import ping_broker
+
+logger = logging.getLogger("agent_engine.api")
+
+READINESS_TIMEOUT_SECONDS = 2.0
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Ready when the database and the broker answer; 503 naming what is down otherwise."""
+    state = state_of(request)
+    database, broker = await asyncio.gather(
+        _check_database(state["engine"]), _check_broker(state["settings"].effective_broker_url)
+    )
+    body: dict[str, str] = {"database": database, "broker": broker}
+    # Informational: a reconnecting listener delays subscription events, not requests.
+    body["events"] = "listening" if state["hub"].listening else "reconnecting"
+    down = [name for name in ("database", "broker") if body[name] == "unreachable"]
+    if down:
+        return JSONResponse({"status": "unavailable", "down": down, **body}, status_code=503)
+    return JSONResponse({"status": "ready", **body})
+
+
+async def _check_database(engine: AsyncEngine) -> str:
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        logger.warning("readiness: database unreachable: %s", exc)
+        return "unreachable"
+    return "ok"
+
+
+async def _check_broker(url: str | None) -> str:
+    if not url:
+        return "not configured"
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+            await ping_broker(url, timeout_seconds=READINESS_TIMEOUT_SECONDS)
+    except Exception as exc:
+        logger.warning("readiness: broker unreachable: %s", exc)
+        return "unreachable"
+    return "ok"
