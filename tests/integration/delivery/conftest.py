@@ -13,8 +13,8 @@ import pytest
 from agent_engine.delivery.signing import new_secret
 from agent_engine.settings import Settings
 from agent_engine.workers.broker import send_delivery_tick
+from tests.integration.api.subscriptions.conftest import http, server, worker
 from tests.integration.runs.conftest import fake_agent, fake_openai
-from tests.integration.subscriptions.conftest import http, server, worker
 
 __all__ = ["fake_agent", "fake_openai", "http", "server", "worker"]
 

@@ -14,11 +14,11 @@ from agent_engine.delivery.receiver import WebhookReceiver
 from agent_engine.embedded import free_port
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from tests.integration.api.subscriptions.support import Server
 from tests.integration.delivery.conftest import SECRET_ENV
 from tests.integration.runs.conftest import FakeAgent
 from tests.integration.runs.support import eventually
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import START, Gql
+from tests.integration.runs.transcript.support import START, Gql
 from tests.support.factories import Factories
 
 UPSERT = """

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.settings import Settings
+from tests.integration.api.subscriptions.support import Server
 from tests.integration.runs.support import fetch
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import Gql, error_code
+from tests.integration.runs.transcript.support import Gql, error_code
 from tests.support.factories import Factories
 
 UPSERT = """

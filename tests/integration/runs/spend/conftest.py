@@ -13,9 +13,9 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
 from agent_engine.workers.broker import close_broker, configure_broker
 from agent_engine.workers.main import start_worker, stop_worker
+from tests.integration.api.subscriptions.support import Server, running_api
+from tests.integration.runs.spend.support import Client
 from tests.integration.runs.support import FAKE_KEY_ENV
-from tests.integration.spend.support import Client
-from tests.integration.subscriptions.support import Server, running_api
 
 WORKER_STOP_GRACE_SECONDS = 5
 

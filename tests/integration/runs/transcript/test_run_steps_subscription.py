@@ -15,10 +15,10 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
+from tests.integration.api.subscriptions.support import Server, acknowledged_client, token
 from tests.integration.runs.conftest import FakeAgent
 from tests.integration.runs.support import eventually, fetch
-from tests.integration.subscriptions.support import Server, acknowledged_client, token
-from tests.integration.transcript.support import START, Gql
+from tests.integration.runs.transcript.support import START, Gql
 from tests.support.factories import Factories
 
 RUN_STEPS = """

@@ -11,7 +11,7 @@ import pytest
 from agent_engine.settings import Settings
 from agent_engine.workers.broker import close_broker, configure_broker
 from agent_engine.workers.main import start_worker, stop_worker
-from tests.integration.subscriptions.support import Server, running_api
+from tests.integration.api.subscriptions.support import Server, running_api
 
 WORKER_STOP_GRACE_SECONDS = 5
 

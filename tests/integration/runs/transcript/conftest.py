@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
+from tests.integration.api.subscriptions.conftest import http, server, worker
 from tests.integration.runs.conftest import fake_agent, fake_openai
-from tests.integration.subscriptions.conftest import http, server, worker
 
 __all__ = ["fake_agent", "fake_openai", "http", "server", "worker"]

@@ -21,10 +21,10 @@ from agent_engine.testing.fake_openai import (
     tool_reply,
 )
 from agent_engine.workers.main import start_worker, stop_worker
+from tests.integration.api.subscriptions.support import Server
 from tests.integration.runs.conftest import FakeAgent
 from tests.integration.runs.support import eventually, fetch
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import CANCEL, START, Gql, error_code
+from tests.integration.runs.transcript.support import CANCEL, START, Gql, error_code
 from tests.support.factories import Factories
 
 # Long enough that the run is surely still waiting on the model when the cancel lands.

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 
 from agent_engine.settings import Settings
+from tests.integration.api.subscriptions.support import Server, token
 from tests.integration.runs.support import eventually
-from tests.integration.subscriptions.support import Server, token
 
 RUN = """
 query Run($id: ID!) {

@@ -15,9 +15,9 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
+from tests.integration.api.subscriptions.support import Server
 from tests.integration.runs.conftest import FakeAgent
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import START, Gql
+from tests.integration.runs.transcript.support import START, Gql
 from tests.support.factories import Factories
 
 
