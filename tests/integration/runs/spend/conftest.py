@@ -1,5 +1,5 @@
-"""Fixtures: the api under Uvicorn (real clock: runs finish in this week), a real Dramatiq worker,
-and the fake OpenAI server behind models an admin creates through the API."""
+"""Fixtures: a GraphQL client for the spend tests and a worker with threads enough for the budget
+races (the api, broker and fake model are the integration suite's)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,12 @@ import pytest
 
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
-from agent_engine.workers.broker import close_broker, configure_broker
-from agent_engine.workers.main import start_worker, stop_worker
-from tests.integration.api.subscriptions.support import Server, running_api
+from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
+from tests.integration.api.subscriptions.support import Server
+from tests.integration.conftest import WORKER_STOP_GRACE_SECONDS
 from tests.integration.runs.spend.support import Client
-from tests.integration.runs.support import FAKE_KEY_ENV
 
-WORKER_STOP_GRACE_SECONDS = 5
-
-
-@pytest.fixture
-def server(settings: Settings) -> Iterator[Server]:
-    with running_api(settings) as running:
-        yield running
+WORKER_THREADS = 8
 
 
 @pytest.fixture
@@ -33,19 +26,11 @@ async def client(server: Server, settings: Settings) -> AsyncIterator[Client]:
 
 
 @pytest.fixture
-async def fake_openai(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAIServer]:
-    monkeypatch.setenv(FAKE_KEY_ENV, "test-key")
-    async with FakeOpenAIServer() as fake:
-        yield fake
-
-
-@pytest.fixture
-def worker(settings: Settings, fake_openai: FakeOpenAIServer) -> Iterator[dramatiq.Worker]:
-    """A real Dramatiq worker in this process (threads) on the real broker (Valkey)."""
-    configure_broker(settings)
-    started = start_worker(settings, threads=8)
+def worker(
+    broker: dramatiq.Broker, settings: Settings, fake_openai: FakeOpenAIServer
+) -> Iterator[EngineWorker]:
+    started = start_worker(settings, threads=WORKER_THREADS)
     try:
         yield started
     finally:
         stop_worker(started, grace_seconds=WORKER_STOP_GRACE_SECONDS)
-        close_broker()
