@@ -62,6 +62,26 @@ class Row:
         }
 
 
+# A subscribe/close cycle must leave nothing behind: RSS after the cycles within 10 % of before.
+TARGET_MEMORY_GROWTH = 1.10
+
+
+def memory_growth_row(metric: str, memory: dict[str, Any], *, clean: bool, note: str) -> Row:
+    """The RSS row of `memory` (`rss_before`, `rss_after` in bytes); `clean`: nothing was left
+    registered and no cycle failed."""
+    growth = memory["rss_after"] / memory["rss_before"]
+    return Row(
+        metric,
+        memory["rss_after"] / 2**20,
+        "MiB",
+        baseline=memory["rss_before"] / 2**20,
+        baseline_label="before",
+        target=f"ratio ≤ {TARGET_MEMORY_GROWTH:.2f}",
+        ok=growth <= TARGET_MEMORY_GROWTH and clean,
+        note=note,
+    )
+
+
 @dataclass
 class ScenarioResult:
     name: str

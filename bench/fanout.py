@@ -1,8 +1,8 @@
 """Scenario 5 - run-event fan-out, measured on the hub in process (`api.events.RunEventHub`).
 
-Not over WebSocket: api/subscriptions.py was still being written when this scenario was; what is
-measured is the LISTEN connection, the per-event row load and the in-process fan-out to S
-subscribers' bounded queues, each drained by its own task (as a subscription would).
+The hub alone, without the WebSocket layer (`fanout_ws` measures that): the LISTEN connection, the
+per-event row load and the in-process fan-out to S subscribers' bounded queues, each drained by
+its own task (as a subscription would).
 
 S subscribers (1,000; full mode also 5,000) all see the changing owner's runs (the worst case:
 every event goes to every subscriber). A separate thread commits 200 state changes
@@ -23,15 +23,14 @@ import psutil
 
 from agent_engine.api.events import RunEventHub, Subscriber
 from agent_engine.settings import to_asyncpg_url
-from bench.common import Bench, Row, ScenarioResult, percentile
+from bench.common import Bench, Row, ScenarioResult, memory_growth_row, percentile
 
-TITLE = "Run-event fan-out: hub in process (not yet over WebSocket)"
+TITLE = "Run-event fan-out: hub in process"
 NAME = "fanout"
 OWNER_ID = 1
 CHANGES = 200
 CHANGE_INTERVAL_SECONDS = 0.01
 TARGET_P99_MS = {1_000: 250.0, 5_000: 1_000.0}
-TARGET_MEMORY_GROWTH = 1.10
 
 
 async def seed(url: str, runs: int) -> None:
@@ -185,7 +184,7 @@ async def hub_fanout(url: str, run_ids: list[int], subscribers: int) -> dict[str
     }
 
 
-async def memory_cycles(url: str, cycles: int) -> dict[str, Any]:
+async def hub_memory_cycles(url: str, cycles: int) -> dict[str, Any]:
     hub = RunEventHub(to_asyncpg_url(url))
     await hub.start()
     await hub.wait_listening()
@@ -252,18 +251,13 @@ async def run(bench: Bench) -> ScenarioResult:
                 f"p50 {measured['p50_ms']:.1f} ms; in process, not over WebSocket",
             )
         )
-    memory = await memory_cycles(url, cycles)
+    memory = await hub_memory_cycles(url, cycles)
     details["memory"] = memory
-    growth = memory["rss_after"] / memory["rss_before"]
     result.add(
-        Row(
+        memory_growth_row(
             f"RSS after {cycles:,} subscribe/close cycles",
-            memory["rss_after"] / 2**20,
-            "MiB",
-            baseline=memory["rss_before"] / 2**20,
-            baseline_label="before",
-            target=f"ratio ≤ {TARGET_MEMORY_GROWTH:.2f}",
-            ok=growth <= TARGET_MEMORY_GROWTH and memory["subscribers_left"] == 0,
+            memory,
+            clean=memory["subscribers_left"] == 0,
             note=f"subscribers left registered: {memory['subscribers_left']}",
         )
     )

@@ -44,6 +44,7 @@ from bench.common import (
     Process,
     Row,
     ScenarioResult,
+    memory_growth_row,
     percentile,
     profiled,
     python_module_command,
@@ -63,7 +64,6 @@ CYCLE_CONCURRENCY = 8  # connect/disconnect loops per client process
 TARGET_P99_MS = 250.0
 TARGET_DELIVERIES_PER_SECOND = 25_000
 TARGET_OPEN_SECONDS = 5.0
-TARGET_MEMORY_GROWTH = 1.10
 SLOW_INTERVAL_SECONDS = 0.05  # 20 changes/s: the latency target's rate
 OPEN_MANY = 5_000
 ADMIN_ID = 999_999
@@ -522,7 +522,7 @@ async def open_only(
     return opening
 
 
-async def memory_cycles(
+async def websocket_memory_cycles(
     clients: Clients, server: ApiServer, token: str, cycles: int, warm: int
 ) -> dict[str, Any]:
     process = psutil.Process(server.pid)
@@ -623,7 +623,7 @@ async def run(bench: Bench) -> ScenarioResult:
         api = servers[0]
         clients = Clients(max(MIN_CLIENTS, math.ceil(OPEN_MANY / SUBSCRIBERS_PER_CLIENT)))
         details["server_rss_start"] = psutil.Process(api.pid).memory_info().rss
-        memory = await memory_cycles(clients, api, owner_token, cycles, warm)
+        memory = await websocket_memory_cycles(clients, api, owner_token, cycles, warm)
         details["memory"] = memory
 
         opening = await open_only(clients, api, owner_token, OPEN_MANY)
@@ -779,18 +779,11 @@ async def run(bench: Bench) -> ScenarioResult:
                     1_000.0,
                 )
             )
-        growth = memory["rss_after"] / memory["rss_before"]
         result.add(
-            Row(
+            memory_growth_row(
                 f"api RSS after {cycles:,} WebSocket connect/subscribe/close cycles",
-                memory["rss_after"] / 2**20,
-                "MiB",
-                baseline=memory["rss_before"] / 2**20,
-                baseline_label="before",
-                target=f"ratio ≤ {TARGET_MEMORY_GROWTH:.2f}",
-                ok=growth <= TARGET_MEMORY_GROWTH
-                and memory["subscriptions_left"] == 0
-                and memory["errors"] == 0,
+                memory,
+                clean=memory["subscriptions_left"] == 0 and memory["errors"] == 0,
                 note=f"{memory['cycles_per_second']:.0f} cycles/s, "
                 f"{memory['server_cpu_ms_per_cycle']:.1f} ms server CPU each; "
                 f"errors {memory['errors']}; "

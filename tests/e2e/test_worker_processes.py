@@ -18,13 +18,9 @@ from agent_engine.runs.request import request_run
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
-from tests.integration.runs.conftest import (  # noqa: F401 (fixtures)
-    FakeAgent,
-    broker,
-    fake_agent,
-    fake_openai,
-)
+from tests.integration.conftest import broker, fake_agent, fake_openai  # noqa: F401 (fixtures)
 from tests.integration.runs.support import (
+    FakeAgent,
     agent_engine_command,
     eventually,
     fetch,

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from starlette.types import ASGIApp
 
 from agent_engine.api.app import create_app
 from agent_engine.api.auth import mint_token
@@ -31,13 +32,12 @@ class Clock:
 
 
 @contextmanager
-def running_server(settings: Settings, clock: Clock) -> Iterator[str]:
-    """Serve `create_app(settings)` with Uvicorn on 127.0.0.1:<free port>; yield the base URL.
+def serving(app: ASGIApp) -> Iterator[str]:
+    """Serve `app` with Uvicorn on 127.0.0.1:<free port> in a thread; yield the base URL.
 
     The app creates its own engine in the server thread's event loop (asyncpg connections
     belong to one loop).
     """
-    app = create_app(settings, clock=clock)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="api-under-test", daemon=True)
@@ -53,6 +53,13 @@ def running_server(settings: Settings, clock: Clock) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=SERVER_START_TIMEOUT_SECONDS)
+
+
+@contextmanager
+def running_server(settings: Settings, clock: Clock) -> Iterator[str]:
+    """`create_app(settings)` on `clock`, served; yield the base URL."""
+    with serving(create_app(settings, clock=clock)) as url:
+        yield url
 
 
 @dataclass

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,7 @@ from typing import Any
 import dramatiq
 import pytest
 
-from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, error_reply, text_reply
-from agent_engine.workers.broker import close_broker, configure_broker
-from agent_engine.workers.main import start_worker, stop_worker
 from tests.integration.api.support import Api
 from tests.integration.runs.support import FAKE_KEY_ENV
 from tests.support.browser import Cdp, headless_chromium, keep_artifact
@@ -60,25 +56,6 @@ async def test_the_page_and_its_assets_are_served_with_nothing_from_elsewhere(ap
     assert "innerHTML" not in script  # API data is rendered as text only
     assert "graphql-transport-ws" in script
     assert "sessionStorage" in script and "localStorage" not in script
-
-
-@pytest.fixture
-async def fake_openai(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAIServer]:
-    monkeypatch.setenv(FAKE_KEY_ENV, "test-key")
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def worker(settings: Settings) -> Iterator[dramatiq.Worker]:
-    """A real Dramatiq worker in this process, executing the runs the API queues."""
-    configure_broker(settings)
-    started = start_worker(settings, threads=4)
-    try:
-        yield started
-    finally:
-        stop_worker(started, grace_seconds=5)
-        close_broker()
 
 
 async def sign_in(cdp: Cdp, api: Api, token: str) -> None:

@@ -1,5 +1,5 @@
-"""Fixtures: api, worker, fake model (as for the transcript), fast delivery settings, a local
-receiver and the clock's delivery tick."""
+"""Fixtures: fast delivery settings, the target's signing secret and the clock's delivery tick
+(the api, worker and fake model are the integration suite's)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ import pytest
 from agent_engine.delivery.signing import new_secret
 from agent_engine.settings import Settings
 from agent_engine.workers.broker import send_delivery_tick
-from tests.integration.runs.conftest import fake_agent, fake_openai
-from tests.integration.subscriptions.conftest import http, server, worker
-
-__all__ = ["fake_agent", "fake_openai", "http", "server", "worker"]
 
 SECRET_ENV = "AGENT_ENGINE_TEST_HOOK_SECRET"
 TICK_SECONDS = 0.2

@@ -12,13 +12,11 @@ from standardwebhooks.webhooks import Webhook
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.delivery.receiver import WebhookReceiver
 from agent_engine.embedded import free_port
-from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from tests.integration.api.subscriptions.support import Server
 from tests.integration.delivery.conftest import SECRET_ENV
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import START, Gql
+from tests.integration.runs.support import FakeAgent, eventually
+from tests.integration.runs.transcript.support import START, Gql
 from tests.support.factories import Factories
 
 UPSERT = """
@@ -69,9 +67,7 @@ async def _settled_delivery(gql: Gql, run_id: str, owner: int) -> dict[str, Any]
 
 
 async def test_a_receiver_that_fails_twice_gets_the_delivery_on_the_third_attempt(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
@@ -79,11 +75,10 @@ async def test_a_receiver_that_fails_twice_gets_the_delivery_on_the_third_attemp
     delivery_ticks: None,
     secret: str,
 ) -> None:
-    gql = Gql(server, http, settings)
     with WebhookReceiver(secret, statuses=[500, 503]) as receiver:
         agent, owner = await _agent_delivering_to(gql, fake_agent, factories, receiver.url)
         fake_openai.enqueue(text_reply("Three documents changed.", prompt_tokens=30))
-        run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+        run_id = await gql.start(agent["id"], as_user=owner)
         run = await _settled_delivery(gql, run_id, owner)
         received = receiver.received
 
@@ -117,9 +112,7 @@ async def test_a_receiver_that_fails_twice_gets_the_delivery_on_the_third_attemp
 
 
 async def test_a_receiver_that_is_down_ends_failed_with_the_last_error(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
@@ -127,11 +120,10 @@ async def test_a_receiver_that_is_down_ends_failed_with_the_last_error(
     delivery_ticks: None,
     secret: str,
 ) -> None:
-    gql = Gql(server, http, settings)
     nobody = f"http://127.0.0.1:{free_port()}/hooks"
     agent, owner = await _agent_delivering_to(gql, fake_agent, factories, nobody)
     fake_openai.enqueue(text_reply("Done."))
-    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    run_id = await gql.start(agent["id"], as_user=owner)
     run = await _settled_delivery(gql, run_id, owner)
 
     assert run["state"] == "SUCCEEDED"
@@ -143,9 +135,7 @@ async def test_a_receiver_that_is_down_ends_failed_with_the_last_error(
 
 
 async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
@@ -153,13 +143,12 @@ async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
     delivery_ticks: None,
     secret: str,
 ) -> None:
-    gql = Gql(server, http, settings)
     with WebhookReceiver(secret) as receiver:
         agent, owner = await _agent_delivering_to(
             gql, fake_agent, factories, receiver.url, secret_env="AGENT_ENGINE_TEST_UNSET_SECRET"
         )
         fake_openai.enqueue(text_reply("Done."))
-        run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+        run_id = await gql.start(agent["id"], as_user=owner)
         run = await _settled_delivery(gql, run_id, owner)
         assert receiver.received == []
 
@@ -173,16 +162,13 @@ async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
 
 
 async def test_a_skipped_run_is_delivered_too(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
     delivery_ticks: None,
     secret: str,
 ) -> None:
-    gql = Gql(server, http, settings)
     await factories.setting(WEEKLY_TOKEN_CAP, 0)
     with WebhookReceiver(secret) as receiver:
         agent, owner = await _agent_delivering_to(gql, fake_agent, factories, receiver.url)
@@ -198,8 +184,8 @@ async def test_a_skipped_run_is_delivered_too(
 
 async def test_metrics_count_deliveries_by_outcome(
     server: Server,
+    gql: Gql,
     http: httpx.AsyncClient,
-    settings: Settings,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
@@ -207,11 +193,10 @@ async def test_metrics_count_deliveries_by_outcome(
     delivery_ticks: None,
     secret: str,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent, owner = await _agent_delivering_to(
         gql, fake_agent, factories, "http://127.0.0.1:9/", secret_env="AGENT_ENGINE_TEST_UNSET"
     )
-    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    run_id = await gql.start(agent["id"], as_user=owner)
     await _settled_delivery(gql, run_id, owner)
 
     text = (await http.get(f"{server.url}/metrics")).text

@@ -3,14 +3,11 @@ input refused with the field named and nothing written."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.settings import Settings
 from tests.integration.runs.support import fetch
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import Gql, error_code
+from tests.integration.runs.transcript.support import Gql, error_code
 from tests.support.factories import Factories
 
 UPSERT = """
@@ -43,15 +40,12 @@ GOOD = {"name": "Ops", "url": "https://hooks.example.com/ae", "secretEnv": "OPS_
     ],
 )
 async def test_bad_target_input_names_the_field_and_writes_nothing(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     engine: AsyncEngine,
     factories: Factories,
     change: dict[str, str],
     field: str,
 ) -> None:
-    gql = Gql(server, http, settings)
     admin = (await factories.user())["id"]
     body = await gql.body(UPSERT, {"input": {**GOOD, **change}}, as_user=admin, admin=True)
     assert error_code(body) == "BAD_USER_INPUT"
@@ -60,12 +54,9 @@ async def test_bad_target_input_names_the_field_and_writes_nothing(
 
 
 async def test_admins_manage_targets_and_owners_see_only_enabled_ones_without_secrets(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
 ) -> None:
-    gql = Gql(server, http, settings)
     admin = (await factories.user())["id"]
     owner = (await factories.user())["id"]
     ops = (await gql.data(UPSERT, {"input": GOOD}, as_user=admin, admin=True))[
@@ -102,13 +93,10 @@ async def test_admins_manage_targets_and_owners_see_only_enabled_ones_without_se
 
 
 async def test_only_the_owner_attaches_enabled_targets_to_an_agent(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     engine: AsyncEngine,
     factories: Factories,
 ) -> None:
-    gql = Gql(server, http, settings)
     admin = (await factories.user())["id"]
     agent = await factories.agent()
     owner = int(agent["user_id"])

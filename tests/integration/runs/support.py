@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.settings import Settings
 
 FAKE_KEY_ENV = "AGENT_ENGINE_TEST_FAKE_OPENAI_KEY"
+# The `fake_agent` fixture: `await fake_agent(**agent_values)` -> the agent row.
+FakeAgent = Callable[..., Awaitable[dict[str, Any]]]
 POLL_SECONDS = 0.05
 PROCESS_STOP_SECONDS = 15.0
 

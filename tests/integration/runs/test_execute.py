@@ -21,8 +21,7 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually, run_row
+from tests.integration.runs.support import FakeAgent, eventually, run_row
 from tests.support.factories import Factories
 
 BEAT = timedelta(seconds=0.1)

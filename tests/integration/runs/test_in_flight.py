@@ -17,8 +17,7 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, text_reply, tool_reply
 from agent_engine.workers.broker import enqueue_execute
 from agent_engine.workers.main import start_worker, stop_worker
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually, fetch
+from tests.integration.runs.support import FakeAgent, eventually, fetch
 
 
 async def _request(engine: AsyncEngine, agent_id: int) -> int:

@@ -19,8 +19,7 @@ from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
 from agent_engine.workers.main import EngineWorker
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import FAKE_KEY_ENV, eventually, fetch, run_row
+from tests.integration.runs.support import FAKE_KEY_ENV, FakeAgent, eventually, fetch, run_row
 from tests.support.factories import Factories
 
 BEAT = timedelta(seconds=0.2)

@@ -17,8 +17,7 @@ from agent_engine.runs.execute import execute_run
 from agent_engine.runs.request import request_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, error_reply, text_reply
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually, run_row
+from tests.integration.runs.support import FakeAgent, eventually, run_row
 
 BEAT = timedelta(seconds=0.2)
 

@@ -15,8 +15,7 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute, send_reap_tick, send_schedule_tick
 from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually, fetch, run_row
+from tests.integration.runs.support import FakeAgent, eventually, fetch, run_row
 
 
 def now() -> datetime:

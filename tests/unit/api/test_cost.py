@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import strawberry
 from graphql import GraphQLSchema, parse
 from graphql import build_schema as build_sdl_schema
 
-from agent_engine.api.cost import DEFAULT_LIST_CAP, estimate_cost
+from agent_engine.api.cost import DEFAULT_LIST_CAP, CostModel, QueryCostLimiter, estimate_cost
+from agent_engine.api.errors import GRAPHQL_VALIDATION_FAILED
 from agent_engine.api.guards import MAX_PAGE_SIZE, cost_model
 from agent_engine.api.schema import export_sdl
 from agent_engine.settings import Settings
@@ -152,3 +154,35 @@ def test_the_agents_page_with_every_relation_is_within_the_default_limit(
       activeRun { id } owner { displayName } runs(first: 20) { edges { node { id state } } } }
       budget { usedTokens } } }"""
     assert cost(schema, page) <= SETTINGS.max_query_cost
+
+
+@strawberry.type
+class Item:
+    id: int
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def items(self, first: int = 3) -> list[Item]:
+        RESOLVED.append(first)
+        return [Item(id=i) for i in range(first)]
+
+
+RESOLVED: list[int] = []
+LIMITED = strawberry.Schema(
+    query=Query,
+    extensions=[lambda: QueryCostLimiter(max_cost=5, model=CostModel(max_page_size=10))],
+)
+
+
+def test_a_document_at_the_limit_runs_and_one_over_is_refused_before_it_runs() -> None:
+    RESOLVED.clear()
+    assert LIMITED.execute_sync("{ items(first: 5) { id } }").errors is None
+    assert RESOLVED == [5]
+    result = LIMITED.execute_sync("query($n: Int!) { items(first: $n) { id } }", {"n": 6})
+    assert result.errors is not None
+    [error] = [e.formatted for e in result.errors]
+    assert error["extensions"] == {"code": GRAPHQL_VALIDATION_FAILED, "cost": 6, "maxCost": 5}
+    assert error["message"].startswith("the query's estimated cost is 6, over the limit of 5")
+    assert RESOLVED == [5]

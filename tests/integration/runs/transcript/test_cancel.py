@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 
 import dramatiq
-import httpx
 import pytest
 import redis
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,10 +20,8 @@ from agent_engine.testing.fake_openai import (
     tool_reply,
 )
 from agent_engine.workers.main import start_worker, stop_worker
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually, fetch
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import CANCEL, START, Gql, error_code
+from tests.integration.runs.support import FakeAgent, eventually, fetch
+from tests.integration.runs.transcript.support import CANCEL, START, Gql, error_code
 from tests.support.factories import Factories
 
 # Long enough that the run is surely still waiting on the model when the cancel lands.
@@ -47,15 +44,12 @@ async def _running(gql: Gql, run_id: str, owner: int) -> None:
 
 
 async def test_cancelling_a_running_run_stops_it_and_frees_the_agent(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     fake_openai.enqueue(
@@ -102,20 +96,17 @@ async def test_cancelling_a_running_run_stops_it_and_frees_the_agent(
 
 
 async def test_cancelling_a_run_waiting_out_a_rate_limit_stops_the_wait(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     # A 429 asking to come back in a few seconds: the provider waits, then would call again.
     wait_ms = int(SLOW_MODEL_SECONDS * 1000)
     fake_openai.enqueue(error_reply(429, "slow down", retry_after_ms=wait_ms), text_reply("Late."))
-    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    run_id = await gql.start(agent["id"], as_user=owner)
     await eventually(lambda: _model_calls(fake_openai, 1), what="the rate-limited call")
 
     cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
@@ -141,18 +132,16 @@ def no_worker_yet(settings: Settings) -> Iterator[list[dramatiq.Worker]]:
 
 
 async def test_a_cancelled_queued_run_never_reaches_the_model(
-    server: Server,
-    http: httpx.AsyncClient,
+    gql: Gql,
     settings: Settings,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     no_worker_yet: list[dramatiq.Worker],
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     # Queued behind nobody: no worker is running yet, its message waits in the broker.
-    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    run_id = await gql.start(agent["id"], as_user=owner)
     cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
     assert (cancelled["state"], cancelled["reason"], cancelled["tokensUsed"]) == (
         "FAILED",
@@ -177,13 +166,10 @@ async def test_a_cancelled_queued_run_never_reaches_the_model(
 
 
 async def test_cancel_permissions_and_a_finished_run_is_a_conflict(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_agent: FakeAgent,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     stranger = (await factories.user())["id"]
@@ -207,15 +193,12 @@ async def test_cancel_permissions_and_a_finished_run_is_a_conflict(
 
 
 async def test_a_run_waiting_for_a_model_slot_is_cancelled_and_never_reaches_the_model(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     first = await fake_agent()
     owner = int(first["user_id"])
     second = await fake_agent(user_id=owner, model_id=first["model_id"])
@@ -224,9 +207,9 @@ async def test_a_run_waiting_for_a_model_slot_is_cancelled_and_never_reaches_the
             f"UPDATE agent_models SET max_concurrent_runs = 1 WHERE id = {int(first['model_id'])}"
         )
     fake_openai.enqueue(text_reply("Slow answer.", delay_seconds=SLOW_MODEL_SECONDS))
-    holder = (await gql.data(START, {"id": str(first["id"])}, as_user=owner))["startRun"]["id"]
+    holder = await gql.start(first["id"], as_user=owner)
     await _running(gql, holder, owner)
-    waiting = (await gql.data(START, {"id": str(second["id"])}, as_user=owner))["startRun"]["id"]
+    waiting = await gql.start(second["id"], as_user=owner)
     await asyncio.sleep(1.0)  # its message was taken and dropped: the model's one slot is held
     assert (await gql.run(waiting, as_user=owner))["state"] == "QUEUED"
 

@@ -11,9 +11,9 @@ import dramatiq
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from tests.integration.api.subscriptions.support import GraphQLWs, Server, acknowledged_client
+from tests.integration.runs.spend.support import SETTINGS, Client
 from tests.integration.runs.support import eventually, fetch
-from tests.integration.spend.support import SETTINGS, Client
-from tests.integration.subscriptions.support import GraphQLWs, Server, acknowledged_client
 
 OWNER, OTHER = 7, 8
 RUNS = 8

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -12,7 +11,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
@@ -22,8 +20,8 @@ from agent_engine.api.auth import mint_token
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.fanout import Broadcaster
 from agent_engine.settings import Settings
+from tests.integration.api.support import serving
 
-SERVER_START_TIMEOUT_SECONDS = 20.0
 EVENT_TIMEOUT_SECONDS = 20.0
 TRANSPORT_WS = Subprotocol("graphql-transport-ws")
 LEGACY_WS = Subprotocol("graphql-ws")
@@ -85,21 +83,8 @@ class Server:
 def running_api(settings: Settings) -> Iterator[Server]:
     """`create_app(settings)` (real clock) served by Uvicorn on 127.0.0.1:<free port>."""
     app = create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="api-under-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_SECONDS
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the API server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield Server(url=f"http://127.0.0.1:{port}", app=app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=SERVER_START_TIMEOUT_SECONDS)
+    with serving(app) as url:
+        yield Server(url=url, app=app)
 
 
 class GraphQLWs:

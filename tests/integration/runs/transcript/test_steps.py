@@ -4,10 +4,8 @@ sees the contents, and the failure paths keeping their steps."""
 from __future__ import annotations
 
 import dramatiq
-import httpx
 
 from agent_engine.db.platform import ITERATION_CAP
-from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import (
     FakeOpenAIServer,
     FakeToolCall,
@@ -15,22 +13,18 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.subscriptions.support import Server
-from tests.integration.transcript.support import START, Gql
+from tests.integration.runs.support import FakeAgent
+from tests.integration.runs.transcript.support import START, Gql
 from tests.support.factories import Factories
 
 
 async def test_a_run_with_a_tool_call_shows_its_steps_and_token_split(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     admin = (await factories.user())["id"]
@@ -79,15 +73,12 @@ async def test_a_run_with_a_tool_call_shows_its_steps_and_token_split(
 
 
 async def test_the_iteration_cap_and_a_provider_error_keep_their_steps(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     await factories.setting(ITERATION_CAP, 2)
     capped = await fake_agent()
     fake_openai.enqueue(
@@ -111,14 +102,11 @@ async def test_the_iteration_cap_and_a_provider_error_keep_their_steps(
 
 
 async def test_a_tool_refusal_is_a_step_error_the_model_saw(
-    server: Server,
-    http: httpx.AsyncClient,
-    settings: Settings,
+    gql: Gql,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     fake_openai.enqueue(tool_reply(FakeToolCall("no_such_tool", "{not json")), text_reply("Sorry."))
     started = await gql.data(START, {"id": str(agent["id"])}, as_user=int(agent["user_id"]))

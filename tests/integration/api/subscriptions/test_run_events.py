@@ -13,8 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.settings import Settings
 from tests.conftest import Servers
-from tests.integration.runs.support import eventually, run_row
-from tests.integration.subscriptions.support import (
+from tests.integration.api.subscriptions.support import (
     BUDGET,
     RUN_EVENTS,
     START_RUN,
@@ -23,6 +22,7 @@ from tests.integration.subscriptions.support import (
     acknowledged_client,
     token,
 )
+from tests.integration.runs.support import eventually, run_row
 from tests.support.factories import Factories
 
 # Long enough for a wrongly delivered event to arrive (they take milliseconds).

@@ -11,8 +11,7 @@ import httpx
 from starlette.applications import Starlette
 
 from agent_engine.settings import Settings
-from tests.integration.runs.support import agent_engine_command, eventually, processes, settings_env
-from tests.integration.subscriptions.support import (
+from tests.integration.api.subscriptions.support import (
     RUN_EVENTS,
     START_RUN,
     GraphQLWs,
@@ -21,6 +20,7 @@ from tests.integration.subscriptions.support import (
     running_api,
     token,
 )
+from tests.integration.runs.support import agent_engine_command, eventually, processes, settings_env
 from tests.support.factories import Factories
 
 PROCESS_READY_SECONDS = 30.0

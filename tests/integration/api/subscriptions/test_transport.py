@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent_engine.api.auth import mint_token
 from agent_engine.settings import Settings
-from tests.integration.subscriptions.support import (
+from tests.integration.api.subscriptions.support import (
     BUDGET,
     LEGACY_WS,
     RUN_EVENTS,

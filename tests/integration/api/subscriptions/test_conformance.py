@@ -15,7 +15,7 @@ from gql.transport.exceptions import TransportQueryError
 from gql.transport.websockets import WebsocketsTransport
 
 from agent_engine.settings import Settings
-from tests.integration.subscriptions.support import RUN_EVENTS, Server, token
+from tests.integration.api.subscriptions.support import RUN_EVENTS, Server, token
 from tests.support.factories import Factories
 
 EVENT_TIMEOUT_SECONDS = 20.0

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 
 from agent_engine.settings import Settings
+from tests.integration.api.subscriptions.support import Server, token
 from tests.integration.runs.support import eventually
-from tests.integration.subscriptions.support import Server, token
 
 RUN = """
 query Run($id: ID!) {
@@ -62,6 +62,12 @@ class Gql:
         assert not body.get("errors"), body["errors"]
         data: dict[str, Any] = body["data"]
         return data
+
+    async def start(self, agent_id: object, *, as_user: int) -> str:
+        """The id of the run `startRun` queued for the agent."""
+        started = await self.data(START, {"id": str(agent_id)}, as_user=as_user)
+        run_id: str = started["startRun"]["id"]
+        return run_id
 
     async def run(self, run_id: str, *, as_user: int, admin: bool = False) -> dict[str, Any]:
         run: dict[str, Any] = (await self.data(RUN, {"id": run_id}, as_user=as_user, admin=admin))[

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import dramatiq
-import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.settings import Settings
@@ -15,10 +14,9 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
-from tests.integration.runs.conftest import FakeAgent
-from tests.integration.runs.support import eventually, fetch
-from tests.integration.subscriptions.support import Server, acknowledged_client, token
-from tests.integration.transcript.support import START, Gql
+from tests.integration.api.subscriptions.support import Server, acknowledged_client, token
+from tests.integration.runs.support import FakeAgent, eventually, fetch
+from tests.integration.runs.transcript.support import Gql
 from tests.support.factories import Factories
 
 RUN_STEPS = """
@@ -46,21 +44,20 @@ async def _until_complete(client: Any, op: str) -> list[dict[str, Any]]:
 
 async def test_run_steps_replays_then_follows_the_run_to_its_end(
     server: Server,
-    http: httpx.AsyncClient,
+    gql: Gql,
     settings: Settings,
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     fake_openai.enqueue(
         tool_reply(FakeToolCall("search_knowledge", {"query": "rotation"})),
         text_reply("Here is the digest.", delay_seconds=SLOW_SECONDS),
     )
-    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    run_id = await gql.start(agent["id"], as_user=owner)
     # Subscribe while the second model call is under way: two steps done, the third open.
     await eventually(lambda: _steps_started(engine, int(run_id), 3), what="the third step")
 
@@ -81,20 +78,19 @@ async def test_run_steps_replays_then_follows_the_run_to_its_end(
 
 async def test_a_finished_runs_steps_are_replayed_and_the_stream_ends(
     server: Server,
-    http: httpx.AsyncClient,
+    gql: Gql,
     settings: Settings,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: dramatiq.Worker,
 ) -> None:
-    gql = Gql(server, http, settings)
     agent = await fake_agent()
     owner = int(agent["user_id"])
     admin = (await factories.user())["id"]
     stranger = (await factories.user())["id"]
     fake_openai.enqueue(text_reply("Short answer."))
-    run_id = (await gql.data(START, {"id": str(agent["id"])}, as_user=owner))["startRun"]["id"]
+    run_id = await gql.start(agent["id"], as_user=owner)
     await gql.finished_run(run_id, as_user=owner)
 
     async with acknowledged_client(server, token(settings, owner)) as client:

@@ -6,7 +6,7 @@ import dramatiq
 import pytest
 
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
-from tests.integration.spend.support import UPSERT_MODEL, Client, model_input
+from tests.integration.runs.spend.support import UPSERT_MODEL, Client, model_input
 
 OWNER = 7
 BUDGET_COST = "{ viewer { budget { usedTokens usedCost } } }"

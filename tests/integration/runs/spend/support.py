@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 
 from agent_engine.settings import Settings
+from tests.integration.api.subscriptions.support import Server, token
 from tests.integration.runs.support import FAKE_KEY_ENV, eventually
-from tests.integration.subscriptions.support import Server, token
 
 ADMIN_ID = 1
 

@@ -1,8 +1,0 @@
-"""Fixtures: the api under Uvicorn (real clock), a real Dramatiq worker, the fake model server."""
-
-from __future__ import annotations
-
-from tests.integration.runs.conftest import fake_agent, fake_openai
-from tests.integration.subscriptions.conftest import http, server, worker
-
-__all__ = ["fake_agent", "fake_openai", "http", "server", "worker"]
