@@ -15,7 +15,7 @@ MAX_DATABASE_ID = 2**63 - 1
 def parse_id(value: str | strawberry.ID, field: str) -> int:
     """A database id from its string form; anything else is the client's mistake."""
     text = str(value).strip()
-    if not text.isdigit() or not 0 < int(text) <= MAX_DATABASE_ID:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_DATABASE_ID:
         raise BadUserInput(field, f"not a valid id: {str(value)[:40]!r}")
     return int(text)
 
@@ -33,6 +33,6 @@ def decode_cursor(kind: str, cursor: str | None, field: str = "after") -> int | 
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise BadUserInput(field, "not a cursor returned by this API") from exc
     prefix, _, ident = raw.partition(":")
-    if prefix != kind or not ident.isdigit() or int(ident) > MAX_DATABASE_ID:
+    if prefix != kind or not (ident.isascii() and ident.isdigit()) or int(ident) > MAX_DATABASE_ID:
         raise BadUserInput(field, "not a cursor returned by this API")
     return int(ident)
