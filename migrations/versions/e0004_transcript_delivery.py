@@ -1,5 +1,6 @@
-"""Run transcript, cancel and delivery (DESIGN §10): agent_run_steps, the token split on agent_runs,
-`failed` may carry `cancelled`, delivery targets and the delivery outbox.
+"""Run transcript, cancel and delivery (docs/architecture.md §10.4 to §10.6): agent_run_steps,
+the token split on agent_runs, `failed` may carry `cancelled`, delivery targets and the delivery
+outbox.
 
 Runs journaled before this revision have no recorded split: their tokens are counted as prompt
 tokens (prompt_tokens = tokens_used), so promptTokens + completionTokens = tokensUsed holds for

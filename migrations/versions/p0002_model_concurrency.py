@@ -1,7 +1,7 @@
 """agent_models.max_concurrent_runs: at most this many runs of the model `running` at once.
 
-NULL = no limit. The engine's claim holds the limit across all workers (DESIGN §10); the API
-accepts 1 to 10,000, the database refuses anything below 1.
+NULL = no limit. The engine's claim holds the limit across all workers (docs/architecture.md
+§10.1); the API accepts 1 to 10,000, the database refuses anything below 1.
 
 Revision ID: p0002_model_concurrency
 Revises: p0001_platform_standins

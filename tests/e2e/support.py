@@ -59,7 +59,8 @@ TRANSPORT_WS = Subprotocol("graphql-transport-ws")
 LEGACY_WS = Subprotocol("graphql-ws")
 TERMINAL_STATES = ("succeeded", "failed", "skipped")
 
-# Short timings, so crashes are noticed within seconds (DESIGN §4 defaults are 30 s / 90 s).
+# Short timings, so crashes are noticed within seconds (the defaults are 30 s / 90 s,
+# docs/architecture.md §4.5).
 FAST = {
     "heartbeat_interval_seconds": 1.0,
     "stale_after_seconds": 3.0,
@@ -252,7 +253,7 @@ class Client:
         await self.http.aclose()
 
 
-# --- invariants (DESIGN §3, §4) ------------------------------------------------------------------
+# --- invariants (docs/architecture.md §3, §4) -----------------------------------------------------
 
 _DOUBLE_UNFINISHED = (
     "SELECT agent_id, count(*) AS n FROM agent_runs WHERE state IN ('queued', 'running')"

@@ -1,4 +1,4 @@
-"""The weekly token budget (DESIGN §4).
+"""The weekly token budget (docs/architecture.md §4).
 
 The window is the calendar week from Sunday 00:00 to the next Sunday 00:00 in the organisation
 zone, so it lasts 168 hours give or take the week's DST shift (167 or 169 hours; 167.5 or 168.5
@@ -72,7 +72,7 @@ class Budget:
         return self.cap_tokens is not None and self.used_tokens >= self.cap_tokens
 
 
-# --- alerts (DESIGN §10) ------------------------------------------------------------------------
+# --- alerts (docs/architecture.md §10.7) ----------------------------------------------------------
 
 DEFAULT_ALERT_PERCENTS: tuple[int, ...] = (80, 100)
 MIN_ALERT_PERCENT = 1

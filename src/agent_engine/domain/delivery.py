@@ -1,4 +1,5 @@
-"""Delivery rules (DESIGN §10): which target URLs are acceptable, how attempts are spaced.
+"""Delivery rules (docs/architecture.md §10.6): which target URLs are acceptable, how attempts
+are spaced.
 
 Pure: no database, HTTP or clock. The sending side (agent_engine.delivery) applies them.
 """

@@ -1,5 +1,6 @@
-"""The budget forecast (DESIGN §10): what the owner's scheduled agents will spend by the end of the
-budget week at their current pace, and the slot at which that spend first reaches the cap.
+"""The budget forecast (docs/architecture.md §10.7): what the owner's scheduled agents will spend
+by the end of the budget week at their current pace, and the slot at which that spend first
+reaches the cap.
 
 Pace: an agent's `expected_tokens_per_run` is the median `tokens_used` of its last 10 succeeded or
 failed runs (None without such runs: the agent is left out and counted in

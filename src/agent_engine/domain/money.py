@@ -1,4 +1,5 @@
-"""Money: model prices, the decimal text the API speaks, and the platform currency (DESIGN §10).
+"""Money: model prices, the decimal text the API speaks, and the platform currency
+(docs/architecture.md §10.7).
 
 Prices are per million prompt (input) or completion (output) tokens, in the platform currency,
 exact decimals (NUMERIC in the database, a string in the API): money is never a float. A run's cost

@@ -1,4 +1,4 @@
-"""Run retention (DESIGN §10): which finished runs are old enough to prune.
+"""Run retention (docs/architecture.md §10.8): which finished runs are old enough to prune.
 
 A run may go when it finished before `now - retention_days` *and* before the current budget
 week began (the week's spend is a sum over the journal, so a run of this week is never pruned,

@@ -1,4 +1,4 @@
-"""The run journal's state machine (DESIGN §4), as stored in `agent_runs`.
+"""The run journal's state machine (docs/architecture.md §4), as stored in `agent_runs`.
 
     queued -> running -> succeeded | failed
     queued -> skipped            (budget spent when a worker claims the run)

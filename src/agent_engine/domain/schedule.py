@@ -6,7 +6,7 @@
 `weekday` (0 = Monday) is required for weekly. For daily it may be given (it must still be 0-6)
 and is normalised to None, so a stored daily schedule never carries a meaningless weekday.
 
-Slots (DESIGN §4):
+Slots (docs/architecture.md §4.1):
 - Interval slots are absolute time: `anchor + k * every_hours`, k >= 1. The anchor is when the
   schedule was set or the agent became startable (`first_slot`), then the slot that just fired
   (`slot_after_fire`); missed slots coalesce into the first one strictly after `now`.
