@@ -133,7 +133,7 @@ async def finish(
     log.info(
         "run %s finished: %s%s, %d tokens", run_id, state, f"/{reason}" if reason else "", tokens
     )
-    # --- spend at finish (issue 17) -- the one call of the finishing path ---------------------
+    # --- spend at finish: the one call of the finishing path ----------------------------------
     # The finish above fixed the run's cost (a trigger). Now the owner's budget thresholds it
     # took the week across are recorded, once each (see runs/alerts.py for why this is race-safe
     # after the commit). Never raises.

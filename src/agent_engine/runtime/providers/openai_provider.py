@@ -52,7 +52,7 @@ TRANSIENT_STATUSES = frozenset({408, 409, 500, 502, 504})
 # Without a deadline from the run (a direct caller), rate limits are waited out this long.
 DEFAULT_RATE_LIMIT_PATIENCE_SECONDS = 600.0
 # The SDK's HTTP connection pool (httpcore) walks all its connections on every request event, so
-# with hundreds of calls in flight that walk was the worker's largest CPU cost: calls are spread
+# with hundreds of calls in flight that walk is the worker's largest CPU cost: calls are spread
 # round-robin over several clients (one per endpoint and key otherwise), each holding about this
 # many connections.
 CONNECTIONS_PER_CLIENT = 50
