@@ -42,7 +42,6 @@ from agent_engine.api.auth import (
     bearer_token,
     needs_provisioning,
     provision_user,
-    read_user,
     short_secret_warning,
     verify_token,
     viewer_of,
@@ -60,6 +59,7 @@ from agent_engine.api.schema import build_schema
 from agent_engine.api.sessions import SessionHandler, SessionRegistry
 from agent_engine.api.state import State, state_of
 from agent_engine.db.engine import create_engine
+from agent_engine.db.users import read_user
 from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runtime.tools.registry import sync_tool_catalog
@@ -111,7 +111,7 @@ async def _authenticate(
             async with state["engine"].connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
                 row = await read_user(conn, claims.user_id)
-        if needs_provisioning(row, claims):
+        if row is None or needs_provisioning(row, claims):
             row = await provision_user(state["engine"], claims, now=now)
         return viewer_of(row, claims), None
     except ApiError as exc:

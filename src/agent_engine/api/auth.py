@@ -22,12 +22,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jwt
 from jwt.warnings import InsecureKeyLengthWarning
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
 from agent_engine.db.platform import load_platform_settings, zone_or_utc
+from agent_engine.db.users import UserRow, upsert_user
 from agent_engine.settings import Settings
 
 ADMIN_ROLE = "agent_admin"
@@ -213,43 +213,7 @@ def _zone_claim(value: object) -> str | None:
     return value
 
 
-# One statement: insert on first sight, refresh changed claims, and read the row either way. A
-# data-modifying CTE's rows are invisible to the outer SELECT's snapshot, hence the UNION; for the
-# same reason `before` (and the subquery in RETURNING) still reads the zone the user had.
-_UPSERT_USER = text(
-    """
-    WITH before AS (
-        SELECT timezone FROM users WHERE id = :id
-    ), upsert AS (
-        INSERT INTO users (id, email, display_name, timezone)
-        VALUES (:id, :email, :name, :timezone)
-        ON CONFLICT (id) DO UPDATE SET
-            email = COALESCE(EXCLUDED.email, users.email),
-            display_name = COALESCE(EXCLUDED.display_name, users.display_name),
-            timezone = COALESCE(EXCLUDED.timezone, users.timezone)
-        WHERE users.is_active AND (
-            (EXCLUDED.email IS NOT NULL AND EXCLUDED.email IS DISTINCT FROM users.email)
-            OR (EXCLUDED.display_name IS NOT NULL
-                AND EXCLUDED.display_name IS DISTINCT FROM users.display_name)
-            OR (EXCLUDED.timezone IS NOT NULL AND EXCLUDED.timezone IS DISTINCT FROM users.timezone)
-        )
-        RETURNING id, email, display_name, timezone, is_active
-    )
-    SELECT id, email, display_name, timezone, is_active,
-           (SELECT timezone FROM before) AS previous_timezone,
-           EXISTS (SELECT 1 FROM before) AS existed
-    FROM upsert
-    UNION ALL
-    SELECT id, email, display_name, timezone, is_active, timezone, true FROM users
-    WHERE id = :id AND NOT EXISTS (SELECT 1 FROM upsert)
-    """
-)
-
-
-_READ_USER = text("SELECT id, email, display_name, timezone, is_active FROM users WHERE id = :id")
-
-
-def _claims_changed(row: Any, claims: Claims) -> bool:
+def _claims_changed(row: UserRow, claims: Claims) -> bool:
     """Whether the upsert would change the row (an absent claim keeps the stored value)."""
     return any(
         claim is not None and claim != stored
@@ -261,17 +225,13 @@ def _claims_changed(row: Any, claims: Claims) -> bool:
     )
 
 
-async def read_user(conn: AsyncConnection, user_id: int) -> Any:
-    """The stored user row, or None on first sight."""
-    return (await conn.execute(_READ_USER, {"id": user_id})).one_or_none()
+def needs_provisioning(row: UserRow, claims: Claims) -> bool:
+    """Whether a known user's claims must be written: an active user's claims changed (a first
+    sight is written too)."""
+    return row.is_active and _claims_changed(row, claims)
 
 
-def needs_provisioning(row: Any, claims: Claims) -> bool:
-    """Whether the claims must be written: first sight, or an active user's claims changed."""
-    return row is None or (row.is_active and _claims_changed(row, claims))
-
-
-async def provision_user(engine: AsyncEngine, claims: Claims, *, now: datetime) -> Any:
+async def provision_user(engine: AsyncEngine, claims: Claims, *, now: datetime) -> UserRow:
     """Upsert the user from verified claims, in one transaction in which a changed zone also
     moves the user's calendar slots (`agents.zones`). The caller holds no other connection of
     `engine`'s pool meanwhile: a burst of first sights larger than the pool would otherwise
@@ -280,12 +240,12 @@ async def provision_user(engine: AsyncEngine, claims: Claims, *, now: datetime) 
         return await _write_user(writer, claims, now=now)
 
 
-def viewer_of(row: Any, claims: Claims) -> Viewer:
+def viewer_of(row: UserRow, claims: Claims) -> Viewer:
     """The viewer of a provisioned row; a deactivated account is refused."""
     if not row.is_active:
         raise Forbidden("this account is deactivated")
     return Viewer(
-        user_id=int(row.id),
+        user_id=row.id,
         is_admin=claims.admin,
         email=row.email,
         display_name=row.display_name,
@@ -294,32 +254,21 @@ def viewer_of(row: Any, claims: Claims) -> Viewer:
     )
 
 
-async def _write_user(conn: AsyncConnection, claims: Claims, *, now: datetime) -> Any:
+async def _write_user(conn: AsyncConnection, claims: Claims, *, now: datetime) -> UserRow:
     """The upsert, and the calendar slots of a user whose zone it changed (same transaction)."""
-    row = (
-        await conn.execute(
-            _UPSERT_USER,
-            {
-                "id": claims.user_id,
-                "email": claims.email,
-                "name": claims.name,
-                "timezone": claims.timezone,
-            },
-        )
-    ).one_or_none()
-    if row is None:
-        # A concurrent first sight inserted the row after this statement's snapshot was taken
-        # (ON CONFLICT waited for it): a new statement sees it.
-        return (await conn.execute(_READ_USER, {"id": claims.user_id})).one()
+    upserted = await upsert_user(
+        conn, claims.user_id, email=claims.email, name=claims.name, timezone=claims.timezone
+    )
+    user = upserted.user
     if (
-        row.is_active
-        and row.existed
-        and row.timezone is not None
-        and row.timezone != row.previous_timezone
+        user.is_active
+        and upserted.existed
+        and user.timezone is not None
+        and user.timezone != upserted.previous_timezone
     ):
-        before = row.previous_timezone or (await load_platform_settings(conn)).timezone
-        if zone_or_utc(before) != zone_or_utc(row.timezone):
+        before = upserted.previous_timezone or (await load_platform_settings(conn)).timezone
+        if zone_or_utc(before) != zone_or_utc(user.timezone):
             await reslot_owner_calendar_agents(
-                conn, int(row.id), zone=zone_or_utc(row.timezone), now=now
+                conn, user.id, zone=zone_or_utc(user.timezone), now=now
             )
-    return row
+    return user

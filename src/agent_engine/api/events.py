@@ -25,6 +25,7 @@ import structlog
 
 from agent_engine.api.subscribers import BoundedSubscriber
 from agent_engine.db.listen import Listener, Notify
+from agent_engine.db.run_events import load_runs
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from agent_engine.settings import to_libpq_url
 
@@ -313,10 +314,7 @@ class RunEventHub:
             try:
                 if self._loader is None or self._loader.is_closed():
                     self._loader = await asyncpg.connect(self._dsn)
-                records = await self._loader.fetch(
-                    "SELECT * FROM agent_runs WHERE id = ANY($1::bigint[])", run_ids
-                )
-                return {int(r["id"]): dict(r) for r in records}
+                return await load_runs(self._loader, run_ids)
             except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError):
                 if self._loader is not None:
                     with contextlib.suppress(Exception):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_engine.api.state import state_of
+from agent_engine.db.engine import ping
 from agent_engine.workers.broker import ping_broker
 
 logger = logging.getLogger("agent_engine.api")
@@ -42,7 +42,7 @@ async def _check_database(engine: AsyncEngine) -> str:
     try:
         async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
             async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
+                await ping(conn)
     except Exception as exc:
         logger.warning("readiness: database unreachable: %s", exc)
         return "unreachable"

@@ -26,7 +26,6 @@ import logging
 from datetime import UTC, datetime
 from typing import Protocol, cast
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
@@ -37,6 +36,7 @@ from agent_engine.api.auth import Viewer
 from agent_engine.api.context import Context
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.fanout import GroupedTransportWSHandler
+from agent_engine.db.users import inactive_users
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,6 @@ CHECK_FAILED = "the session could not be checked; reconnect"
 ACCOUNT_DEACTIVATED = "this account is deactivated"
 # A close reason must fit a control frame (123 bytes).
 MAX_REASON_CHARS = 120
-
-_INACTIVE_USERS = text(
-    "SELECT id FROM users WHERE id = ANY(CAST(:ids AS bigint[])) AND NOT is_active"
-)
 
 
 class SessionRegistry:
@@ -95,12 +91,7 @@ class SessionRegistry:
         if not self._sessions:
             return 0
         async with self._engine.connect() as conn:
-            inactive = [
-                int(user_id)
-                for user_id in (
-                    await conn.execute(_INACTIVE_USERS, {"ids": sorted(self._sessions)})
-                ).scalars()
-            ]
+            inactive = await inactive_users(conn, sorted(self._sessions))
         closed = 0
         for user_id in inactive:
             for session in list(self._sessions.get(user_id, ())):

@@ -16,7 +16,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import strawberry
-from sqlalchemy import text
 
 from agent_engine.api.access import is_owner, visible_agent, visible_run
 from agent_engine.api.alert_events import BudgetAlertFeed
@@ -30,6 +29,7 @@ from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.api.types.agents import Run, RunEvent
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep
+from agent_engine.db.run_events import steps_since
 from agent_engine.domain.runs import TERMINAL_STATES, RunState
 from agent_engine.runs.budget import owner_budget
 
@@ -102,15 +102,6 @@ async def _budget_alerts(
         subscriber.close()
 
 
-# The run's state and its steps from `from_index` on, in one read (one row with NULL step columns
-# when there are none; no row when the run is gone).
-_STEPS_SINCE_SQL = text(
-    "SELECT r.state AS run_state, s.* FROM agent_runs r"
-    " LEFT JOIN agent_run_steps s ON s.run_id = r.id AND s.index >= :from_index"
-    " WHERE r.id = :run_id ORDER BY s.index"
-)
-
-
 async def _run_steps(
     context: Context, run_id: int, *, owner_view: bool
 ) -> AsyncGenerator[RunStep, None]:
@@ -122,14 +113,7 @@ async def _run_steps(
     try:
         while True:
             async with context.engine.connect() as conn:
-                rows = [
-                    dict(r)
-                    for r in (
-                        await conn.execute(
-                            _STEPS_SINCE_SQL, {"run_id": run_id, "from_index": from_index}
-                        )
-                    ).mappings()
-                ]
+                rows = await steps_since(conn, run_id, from_index=from_index)
             if not rows:  # the run was deleted with its agent
                 return
             for row in rows:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agent_engine.settings import Settings, to_asyncpg_url
+
+PING = text("SELECT 1")
 
 
 def create_engine(
@@ -61,3 +63,8 @@ def _replace_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any)
     fails and SQLAlchemy invalidates the pool.)"""
     if dbapi_connection.driver_connection.is_closed():
         raise DisconnectionError("the database closed this pooled connection")
+
+
+async def ping(conn: AsyncConnection) -> None:
+    """One round trip: raises when the database does not answer."""
+    await conn.execute(PING)

@@ -1,11 +1,14 @@
-"""Statements on `users` (the neighbours' table): zones, the owner's lock, (de)activation."""
+"""Statements on `users` (the neighbours' table): zones, the owner's lock, (de)activation, and
+the sign-in read and upsert from a token's claims."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.platform import load_platform_settings, zone_or_utc
@@ -52,3 +55,109 @@ async def ensure_user(
     await conn.execute(
         ENSURE_USER, {"id": user_id, "email": email, "name": name, "timezone": timezone}
     )
+
+
+READ_USER = text("SELECT id, email, display_name, timezone, is_active FROM users WHERE id = :id")
+# One statement: insert on first sight, refresh changed claims, and read the row either way. A
+# data-modifying CTE's rows are invisible to the outer SELECT's snapshot, hence the UNION; for the
+# same reason `before` (and the subquery in RETURNING) still reads the zone the user had.
+UPSERT_USER = text(
+    """
+    WITH before AS (
+        SELECT timezone FROM users WHERE id = :id
+    ), upsert AS (
+        INSERT INTO users (id, email, display_name, timezone)
+        VALUES (:id, :email, :name, :timezone)
+        ON CONFLICT (id) DO UPDATE SET
+            email = COALESCE(EXCLUDED.email, users.email),
+            display_name = COALESCE(EXCLUDED.display_name, users.display_name),
+            timezone = COALESCE(EXCLUDED.timezone, users.timezone)
+        WHERE users.is_active AND (
+            (EXCLUDED.email IS NOT NULL AND EXCLUDED.email IS DISTINCT FROM users.email)
+            OR (EXCLUDED.display_name IS NOT NULL
+                AND EXCLUDED.display_name IS DISTINCT FROM users.display_name)
+            OR (EXCLUDED.timezone IS NOT NULL AND EXCLUDED.timezone IS DISTINCT FROM users.timezone)
+        )
+        RETURNING id, email, display_name, timezone, is_active
+    )
+    SELECT id, email, display_name, timezone, is_active,
+           (SELECT timezone FROM before) AS previous_timezone,
+           EXISTS (SELECT 1 FROM before) AS existed
+    FROM upsert
+    UNION ALL
+    SELECT id, email, display_name, timezone, is_active, timezone, true FROM users
+    WHERE id = :id AND NOT EXISTS (SELECT 1 FROM upsert)
+    """
+)
+INACTIVE_USERS = text(
+    "SELECT id FROM users WHERE id = ANY(CAST(:ids AS bigint[])) AND NOT is_active"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    """What sign-in reads of a user."""
+
+    id: int
+    email: str | None
+    display_name: str | None
+    timezone: str | None
+    is_active: bool
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> UserRow:
+        return cls(
+            id=int(row.id),
+            email=row.email,
+            display_name=row.display_name,
+            timezone=row.timezone,
+            is_active=bool(row.is_active),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertedUser:
+    """The user after the upsert, with the zone it had before (None for a new user)."""
+
+    user: UserRow
+    previous_timezone: str | None
+    existed: bool
+
+
+async def read_user(conn: AsyncConnection, user_id: int) -> UserRow | None:
+    """The stored user, or None on first sight."""
+    row = (await conn.execute(READ_USER, {"id": user_id})).one_or_none()
+    return None if row is None else UserRow.from_row(row)
+
+
+async def upsert_user(
+    conn: AsyncConnection,
+    user_id: int,
+    *,
+    email: str | None,
+    name: str | None,
+    timezone: str | None,
+) -> UpsertedUser:
+    """Insert the user, or refresh an active user's claims that are given and differ (an absent
+    claim keeps the stored value; a deactivated user is left as it is)."""
+    row = (
+        await conn.execute(
+            UPSERT_USER, {"id": user_id, "email": email, "name": name, "timezone": timezone}
+        )
+    ).one_or_none()
+    if row is None:
+        # A concurrent first sight inserted the row after this statement's snapshot was taken
+        # (ON CONFLICT waited for it): a new statement sees it.
+        user = UserRow.from_row((await conn.execute(READ_USER, {"id": user_id})).one())
+        return UpsertedUser(user=user, previous_timezone=user.timezone, existed=True)
+    return UpsertedUser(
+        user=UserRow.from_row(row), previous_timezone=row.previous_timezone, existed=row.existed
+    )
+
+
+async def inactive_users(conn: AsyncConnection, user_ids: Sequence[int]) -> list[int]:
+    """Those of `user_ids` that are deactivated."""
+    return [
+        int(user_id)
+        for user_id in (await conn.execute(INACTIVE_USERS, {"ids": list(user_ids)})).scalars()
+    ]
