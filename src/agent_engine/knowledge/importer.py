@@ -29,6 +29,8 @@ from rich.progress import (
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.db.engine import create_engine
+
 if TYPE_CHECKING:
     from agent_engine.settings import Settings
 
@@ -287,8 +289,6 @@ def import_command(
     settings: Settings, paths: list[Path], *, owner_id: int | None, public: bool
 ) -> int:
     """The CLI's `knowledge import`: run the import with a progress bar, print a summary."""
-    from agent_engine.db.engine import create_engine
-
     err = Console(stderr=True)
 
     async def run() -> ImportSummary:
