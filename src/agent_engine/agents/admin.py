@@ -192,29 +192,20 @@ async def _write_model(
         if draft.is_default:
             # One default at a time (a partial unique index); the new one takes the flag.
             await catalog.clear_other_default(conn, model_id)
+        fields = catalog.ModelFields(
+            name=draft.name,
+            provider=draft.provider,
+            model=draft.model,
+            base_url=draft.base_url,
+            api_key_env=draft.api_key_env,
+            is_default=draft.is_default,
+            max_concurrent_runs=limit,
+        )
         if model_id is None:
-            saved = await catalog.insert_model(
-                conn,
-                name=draft.name,
-                provider=draft.provider,
-                model=draft.model,
-                base_url=draft.base_url,
-                api_key_env=draft.api_key_env,
-                is_default=draft.is_default,
-                max_concurrent_runs=limit,
-            )
+            saved = await catalog.insert_model(conn, fields)
         else:
             found = await catalog.update_model(
-                conn,
-                model_id,
-                name=draft.name,
-                provider=draft.provider,
-                model=draft.model,
-                base_url=draft.base_url,
-                api_key_env=draft.api_key_env,
-                is_default=draft.is_default,
-                max_concurrent_runs=limit,
-                keep_limit=draft.keep_max_concurrent_runs,
+                conn, model_id, fields, keep_limit=draft.keep_max_concurrent_runs
             )
             if found is None:
                 raise Missing("model", model_id)

@@ -140,64 +140,42 @@ async def clear_other_default(conn: AsyncConnection, model_id: int | None) -> No
     await conn.execute(CLEAR_OTHER_DEFAULT, {"id": model_id})
 
 
-async def insert_model(
-    conn: AsyncConnection,
-    *,
-    name: str,
-    provider: str,
-    model: str,
-    base_url: str | None = None,
-    api_key_env: str | None = None,
-    is_default: bool,
-    max_concurrent_runs: int | None = None,
-) -> ModelLimit:
-    created = (
-        await conn.execute(
-            INSERT_MODEL,
-            {
-                "name": name,
-                "provider": provider,
-                "model": model,
-                "base_url": base_url,
-                "api_key_env": api_key_env,
-                "is_default": is_default,
-                "max_concurrent_runs": max_concurrent_runs,
-            },
-        )
-    ).one()
+@dataclass(frozen=True, slots=True)
+class ModelFields:
+    """What an admin writes of a model (prices and the catalog's flags aside)."""
+
+    name: str
+    provider: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    is_default: bool = False
+    max_concurrent_runs: int | None = None
+
+
+def _model_params(fields: ModelFields) -> dict[str, Any]:
+    return {
+        "name": fields.name,
+        "provider": fields.provider,
+        "model": fields.model,
+        "base_url": fields.base_url,
+        "api_key_env": fields.api_key_env,
+        "is_default": fields.is_default,
+        "max_concurrent_runs": fields.max_concurrent_runs,
+    }
+
+
+async def insert_model(conn: AsyncConnection, fields: ModelFields) -> ModelLimit:
+    created = (await conn.execute(INSERT_MODEL, _model_params(fields))).one()
     return ModelLimit(int(created.id), None, created.max_concurrent_runs)
 
 
 async def update_model(
-    conn: AsyncConnection,
-    model_id: int,
-    *,
-    name: str,
-    provider: str,
-    model: str,
-    base_url: str | None,
-    api_key_env: str | None,
-    is_default: bool,
-    max_concurrent_runs: int | None,
-    keep_limit: bool,
+    conn: AsyncConnection, model_id: int, fields: ModelFields, *, keep_limit: bool
 ) -> ModelLimit | None:
     """Replace the model's fields; `keep_limit` leaves its concurrency limit as stored."""
-    updated = (
-        await conn.execute(
-            UPDATE_MODEL,
-            {
-                "id": model_id,
-                "name": name,
-                "provider": provider,
-                "model": model,
-                "base_url": base_url,
-                "api_key_env": api_key_env,
-                "is_default": is_default,
-                "max_concurrent_runs": max_concurrent_runs,
-                "keep_limit": keep_limit,
-            },
-        )
-    ).one_or_none()
+    params = {**_model_params(fields), "id": model_id, "keep_limit": keep_limit}
+    updated = (await conn.execute(UPDATE_MODEL, params)).one_or_none()
     if updated is None:
         return None
     return ModelLimit(int(updated.id), updated.previous, updated.max_concurrent_runs)

@@ -49,10 +49,12 @@ async def seed_demo(engine: AsyncEngine, *, now: datetime) -> DemoIds:
             has_default = await catalog.has_default_model(conn)
             created = await catalog.insert_model(
                 conn,
-                name=DEMO_MODEL_NAME,
-                provider="builtin",
-                model="builtin-digest",
-                is_default=not has_default,
+                catalog.ModelFields(
+                    name=DEMO_MODEL_NAME,
+                    provider="builtin",
+                    model="builtin-digest",
+                    is_default=not has_default,
+                ),
             )
             model_id = created.id
         await sync_tool_catalog(conn)
