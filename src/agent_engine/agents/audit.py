@@ -20,11 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import audit as audit_db
 
-# The log's reads are the table's own; they stay reachable here for the API's callers.
-from agent_engine.db.audit import AuditFilter as AuditFilter
-from agent_engine.db.audit import AuditRow as AuditRow
-from agent_engine.db.audit import fetch_page as fetch_page
-
 
 class AuditAction(StrEnum):
     AGENT_ADMIN_PAUSED = "agent.admin_paused"

@@ -17,8 +17,8 @@ from typing import Any
 
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.subscribers import BoundedSubscriber
+from agent_engine.db.alerts import BudgetAlert
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
-from agent_engine.runs.alerts import BudgetAlert
 
 CHANNEL = "budget_alert_events"
 

@@ -14,70 +14,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
+from agent_engine.db import agents as agents_db
+from agent_engine.db import catalog, deliveries, run_steps
+from agent_engine.db import runs as runs_db
+from agent_engine.db.agents import AgentRow
+from agent_engine.db.alerts import BudgetAlert, alerts_of_owners
+from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.deliveries import DeliveryTargetRow, RunDeliveryRow
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
+from agent_engine.db.run_steps import StepRow
+from agent_engine.db.runs import RunRow
+from agent_engine.db.spend import recent_tokens, spent_costs
 from agent_engine.domain.budget import Budget, week_window
 from agent_engine.domain.forecast import expected_tokens_per_run
-from agent_engine.runs.alerts import BudgetAlert, alerts_of_owners
 from agent_engine.runs.budget import owners_budgets
-from agent_engine.runs.spend import recent_tokens, spent_costs
 
+# A `users` row, still a dict: `db.users` has no row type or batch read yet.
 Row = dict[str, Any]
 
-# Finished runs, for `lastRun`: the newest per agent via the journal index, one LATERAL probe each.
-_LAST_FINISHED_RUNS = text(
-    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
-    " CROSS JOIN LATERAL (SELECT * FROM agent_runs"
-    "   WHERE agent_id = a.id AND state IN ('succeeded', 'failed', 'skipped')"
-    "   ORDER BY id DESC LIMIT 1) AS r"
-)
-_ACTIVE_RUNS = text(
-    "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
-    " AND state IN ('queued', 'running')"
-)
-# Hidden (deleted) agents are in no view; only the budget sum still reads them.
-_AGENTS_OF_OWNERS = text(
-    "SELECT * FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
-    " ORDER BY id"
-)
-_TOOLS_OF_AGENTS = text(
-    "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
-    " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
-)
+T = TypeVar("T")
+Fetch = Callable[[AsyncConnection, Sequence[int]], Awaitable[list[T]]]
 
-_STEPS_OF_RUNS = text(
-    "SELECT * FROM agent_run_steps WHERE run_id = ANY(CAST(:ids AS bigint[]))"
-    " ORDER BY run_id, index"
-)
-_DELIVERIES_OF_RUNS = text(
-    "SELECT d.*, t.name AS target_name, t.url AS target_url, t.secret_env AS target_secret_env,"
-    " t.enabled AS target_enabled"
-    " FROM run_deliveries d JOIN delivery_targets t ON t.id = d.target_id"
-    " WHERE d.run_id = ANY(CAST(:ids AS bigint[])) ORDER BY d.run_id, t.name, t.id"
-)
-_TARGETS_OF_AGENTS = text(
-    "SELECT adt.agent_id, t.* FROM agent_delivery_targets adt"
-    " JOIN delivery_targets t ON t.id = adt.target_id"
-    " WHERE adt.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name, t.id"
-)
-
-
-# A journal page per agent: every `Agent.runs` of a request with the same arguments in one
-# statement (an index probe per agent on ix_agent_runs_journal), not one statement per agent.
-_RUN_PAGES = (
-    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
-    " CROSS JOIN LATERAL (SELECT * FROM agent_runs WHERE agent_id = a.id{filters}"
-    "   ORDER BY id DESC LIMIT :limit) AS r"
-)
+_USERS_BY_ID = text("SELECT * FROM users WHERE id = ANY(CAST(:ids AS bigint[]))")
 
 # (agent id, rows to fetch, keyset cursor, states filter)
 RunPageKey = tuple[int, int, int | None, tuple[str, ...] | None]
@@ -87,26 +55,18 @@ RunPageKey = tuple[int, int, int | None, tuple[str, ...] | None]
 CONNECTION_LINGER_SECONDS = 0.01
 
 
-def _by_id(table: str) -> TextClause:
-    return text(f"SELECT * FROM {table} WHERE id = ANY(CAST(:ids AS bigint[]))")
-
-
-_AGENTS_BY_ID = text(
-    "SELECT * FROM agents WHERE id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
-)
-_USERS_BY_ID = _by_id("users")
-_MODELS_BY_ID = _by_id("agent_models")
-_RUNS_BY_ID = _by_id("agent_runs")
+async def _users_by_id(conn: AsyncConnection, ids: Sequence[int]) -> list[Row]:
+    return [dict(row) for row in (await conn.execute(_USERS_BY_ID, {"ids": list(ids)})).mappings()]
 
 
 @dataclass(frozen=True)
 class PageRelations:
     """The related rows of a page of agents, by agent id (models by model id)."""
 
-    models: dict[int, Row]
-    tools: dict[int, list[Row]]
-    active_runs: dict[int, Row]
-    last_runs: dict[int, Row]
+    models: dict[int, AgentModelRow]
+    tools: dict[int, list[ToolRow]]
+    active_runs: dict[int, RunRow]
+    last_runs: dict[int, RunRow]
 
 
 class Loaders:
@@ -119,30 +79,42 @@ class Loaders:
         self._users = 0
         self._release_timer: asyncio.TimerHandle | None = None
         self._releasing: asyncio.Task[None] | None = None
-        self.agent: DataLoader[int, Row | None] = self._rows_by_key(_AGENTS_BY_ID, "id")
-        self.user: DataLoader[int, Row | None] = self._rows_by_key(_USERS_BY_ID, "id")
-        self.model: DataLoader[int, Row | None] = self._rows_by_key(_MODELS_BY_ID, "id")
-        self.run: DataLoader[int, Row | None] = self._rows_by_key(_RUNS_BY_ID, "id")
-        self.last_run: DataLoader[int, Row | None] = self._rows_by_key(
-            _LAST_FINISHED_RUNS, "agent_id"
+        self.agent: DataLoader[int, AgentRow | None] = self._by_key(
+            agents_db.live_agents_by_id, lambda row: row.id
         )
-        self.active_run: DataLoader[int, Row | None] = self._rows_by_key(_ACTIVE_RUNS, "agent_id")
-        self.tools_of_agent: DataLoader[int, list[Row]] = DataLoader(
-            load_fn=self._load_tools_of_agents
+        self.user: DataLoader[int, Row | None] = self._by_key(
+            _users_by_id, lambda row: int(row["id"])
         )
+        self.model: DataLoader[int, AgentModelRow | None] = self._by_key(
+            catalog.models_by_id, lambda row: row.id
+        )
+        self.run: DataLoader[int, RunRow | None] = self._by_key(
+            runs_db.runs_by_id, lambda row: row.id
+        )
+        self.last_run: DataLoader[int, RunRow | None] = self._by_key(
+            runs_db.last_finished_runs, lambda row: row.agent_id
+        )
+        self.active_run: DataLoader[int, RunRow | None] = self._by_key(
+            runs_db.active_runs, lambda row: row.agent_id
+        )
+        self.tools_of_agent: DataLoader[int, list[ToolRow]] = self._grouped(catalog.tools_of_agents)
         self.budget: DataLoader[int, Budget] = DataLoader(load_fn=self._load_budgets)
         # The transcript and deliveries of a page of runs, one statement each.
-        self.steps_of_run: DataLoader[int, list[Row]] = self._grouped(_STEPS_OF_RUNS, "run_id")
-        self.deliveries_of_run: DataLoader[int, list[Row]] = self._grouped(
-            _DELIVERIES_OF_RUNS, "run_id"
+        self.steps_of_run: DataLoader[int, list[StepRow]] = self._grouped(
+            _keyed(run_steps.steps_of_runs, lambda row: row.run_id)
         )
-        self.targets_of_agent: DataLoader[int, list[Row]] = self._grouped(
-            _TARGETS_OF_AGENTS, "agent_id", drop_key=True
+        self.deliveries_of_run: DataLoader[int, list[RunDeliveryRow]] = self._grouped(
+            _keyed(deliveries.deliveries_of_runs, lambda row: row.run_id)
         )
-        self.agents_of_owner: DataLoader[int, list[Row]] = DataLoader(
-            load_fn=self._load_agents_of_owners
+        self.targets_of_agent: DataLoader[int, list[DeliveryTargetRow]] = self._grouped(
+            deliveries.targets_of_agents
         )
-        self.run_page: DataLoader[RunPageKey, list[Row]] = DataLoader(load_fn=self._load_run_pages)
+        self.agents_of_owner: DataLoader[int, list[AgentRow]] = self._grouped(
+            _keyed(agents_db.live_agents_of_owners, lambda row: row.user_id)
+        )
+        self.run_page: DataLoader[RunPageKey, list[RunRow]] = DataLoader(
+            load_fn=self._load_run_pages
+        )
         # Spend (issue 17): the week's cost per owner, each agent's pace, this week's alerts.
         self.budget_cost: DataLoader[int, Decimal | None] = DataLoader(
             load_fn=self._load_budget_costs
@@ -168,16 +140,16 @@ class Loaders:
         The same statements as the per-agent loaders, called directly: a page asks for all of
         its keys at once, so a future per key and agent (DataLoader) would only cost CPU.
         """
-        models = {int(r["id"]): r for r in await self._fetch(_MODELS_BY_ID, model_ids)}
-        tools: dict[int, list[Row]] = {i: [] for i in agent_ids}
-        for row in await self._fetch(_TOOLS_OF_AGENTS, agent_ids):
-            tools[int(row.pop("agent_id"))].append(row)
-        active = {int(r["agent_id"]): r for r in await self._fetch(_ACTIVE_RUNS, agent_ids)}
-        last = {int(r["agent_id"]): r for r in await self._fetch(_LAST_FINISHED_RUNS, agent_ids)}
+        models = {r.id: r for r in await self._fetch(catalog.models_by_id, model_ids)}
+        tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
+        for agent_id, tool in await self._fetch(catalog.tools_of_agents, agent_ids):
+            tools[agent_id].append(tool)
+        active = {r.agent_id: r for r in await self._fetch(runs_db.active_runs, agent_ids)}
+        last = {r.agent_id: r for r in await self._fetch(runs_db.last_finished_runs, agent_ids)}
         return PageRelations(models, tools, active, last)
 
-    def prime_agent(self, row: Row) -> None:
-        self.agent.prime(int(row["id"]), row, force=True)
+    def prime_agent(self, row: AgentRow) -> None:
+        self.agent.prime(row.id, row, force=True)
 
     def forget_agent(self, agent_id: int) -> None:
         """After a write: the next read of this agent's rows goes to the database."""
@@ -240,59 +212,36 @@ class Loaders:
         async with self.connection() as conn:
             return await load_platform_settings(conn)
 
-    def _rows_by_key(self, statement: TextClause, key: str) -> DataLoader[int, Row | None]:
-        async def load(ids: Sequence[int]) -> list[Row | None]:
-            rows = await self._fetch(statement, ids)
-            found = {int(row[key]): row for row in rows}
+    def _by_key(self, fetch: Fetch[T], key: Callable[[T], int]) -> DataLoader[int, T | None]:
+        async def load(ids: Sequence[int]) -> list[T | None]:
+            found = {key(row): row for row in await self._fetch(fetch, ids)}
             return [found.get(i) for i in ids]
 
         return DataLoader(load_fn=load)
 
-    def _grouped(
-        self, statement: TextClause, key: str, *, drop_key: bool = False
-    ) -> DataLoader[int, list[Row]]:
-        async def load(ids: Sequence[int]) -> list[list[Row]]:
-            grouped: dict[int, list[Row]] = {i: [] for i in ids}
-            for row in await self._fetch(statement, ids):
-                owner = int(row.pop(key) if drop_key else row[key])
+    def _grouped(self, fetch: Fetch[tuple[int, T]]) -> DataLoader[int, list[T]]:
+        async def load(ids: Sequence[int]) -> list[list[T]]:
+            grouped: dict[int, list[T]] = {i: [] for i in ids}
+            for owner, row in await self._fetch(fetch, ids):
                 grouped[owner].append(row)
             return [grouped[i] for i in ids]
 
         return DataLoader(load_fn=load)
 
-    async def _load_tools_of_agents(self, ids: Sequence[int]) -> list[list[Row]]:
-        grouped: dict[int, list[Row]] = {i: [] for i in ids}
-        for row in await self._fetch(_TOOLS_OF_AGENTS, ids):
-            agent_id = int(row.pop("agent_id"))
-            grouped[agent_id].append(row)
-        return [grouped[i] for i in ids]
-
-    async def _load_agents_of_owners(self, owner_ids: Sequence[int]) -> list[list[Row]]:
-        grouped: dict[int, list[Row]] = {i: [] for i in owner_ids}
-        for row in await self._fetch(_AGENTS_OF_OWNERS, owner_ids):
-            grouped[int(row["user_id"])].append(row)
-        return [grouped[i] for i in owner_ids]
-
-    async def _load_run_pages(self, keys: Sequence[RunPageKey]) -> list[list[Row]]:
+    async def _load_run_pages(self, keys: Sequence[RunPageKey]) -> list[list[RunRow]]:
         groups: dict[tuple[int, int | None, tuple[str, ...] | None], list[int]] = {}
         for agent_id, limit, after, states in keys:
             groups.setdefault((limit, after, states), []).append(agent_id)
-        pages: dict[RunPageKey, list[Row]] = {}
+        pages: dict[RunPageKey, list[RunRow]] = {}
         for (limit, after, states), agent_ids in groups.items():
-            filters = ""
-            params: dict[str, Any] = {"ids": sorted(set(agent_ids)), "limit": limit}
-            if after is not None:
-                filters += " AND id < :after"
-                params["after"] = after
-            if states is not None:
-                filters += " AND state = ANY(CAST(:states AS text[]))"
-                params["states"] = list(states)
             for agent_id in agent_ids:
                 pages[(agent_id, limit, after, states)] = []
             async with self.connection() as conn:
-                result = await conn.execute(text(_RUN_PAGES.format(filters=filters)), params)
-                for row in result.mappings():
-                    pages[(int(row["agent_id"]), limit, after, states)].append(dict(row))
+                rows = await runs_db.run_pages(
+                    conn, agent_ids, limit=limit, after=after, states=states
+                )
+            for row in rows:
+                pages[(row.agent_id, limit, after, states)].append(row)
         return [pages[key] for key in keys]
 
     async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
@@ -320,7 +269,15 @@ class Loaders:
             alerts = await alerts_of_owners(conn, list(owner_ids), window_start=window.start)
         return [alerts.get(i, []) for i in owner_ids]
 
-    async def _fetch(self, statement: TextClause, ids: Sequence[int]) -> list[Row]:
+    async def _fetch(self, fetch: Fetch[T], ids: Sequence[int]) -> list[T]:
         async with self.connection() as conn:
-            result = await conn.execute(statement, {"ids": list(ids)})
-            return [dict(row) for row in result.mappings()]
+            return await fetch(conn, ids)
+
+
+def _keyed(fetch: Fetch[T], key: Callable[[T], int]) -> Fetch[tuple[int, T]]:
+    """`fetch` with each row paired with the key it is grouped by."""
+
+    async def keyed(conn: AsyncConnection, ids: Sequence[int]) -> list[tuple[int, T]]:
+        return [(key(row), row) for row in await fetch(conn, ids)]
+
+    return keyed

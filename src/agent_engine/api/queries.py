@@ -3,15 +3,10 @@ not leaked); admins see everything, and the admin-only fields are FORBIDDEN to o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import strawberry
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.agents import audit
 from agent_engine.api.access import visible_agent, visible_run
 from agent_engine.api.context import Context
 from agent_engine.api.enums import AgentStatus
@@ -25,60 +20,21 @@ from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
 from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
 from agent_engine.api.types.delivery import DeliveryTarget
 from agent_engine.api.types.viewer import Viewer
+from agent_engine.db import agents as agents_db
+from agent_engine.db import audit as audit_db
+from agent_engine.db import catalog, deliveries
+from agent_engine.db import runs as runs_db
+from agent_engine.db.alerts import newest_alerts
+from agent_engine.db.runs import RunRow
+from agent_engine.db.spend import spend_by_owner
+from agent_engine.domain import gate
 from agent_engine.domain.budget import week_window
 from agent_engine.domain.runs import RunState
-from agent_engine.runs.alerts import newest_alerts
-from agent_engine.runs.spend import spend_by_owner
-
-Row = dict[str, Any]
-
-# Derived status as SQL, the same precedence as domain.gate.agent_status.
-_STATUS_SQL = {
-    AgentStatus.ADMIN_PAUSED: "admin_paused",
-    AgentStatus.DISABLED: "NOT admin_paused AND NOT enabled",
-    AgentStatus.NO_MODEL: "NOT admin_paused AND enabled AND model_id IS NULL",
-    AgentStatus.SCHEDULED: (
-        "NOT admin_paused AND enabled AND model_id IS NOT NULL AND schedule IS NOT NULL"
-    ),
-    AgentStatus.MANUAL: (
-        "NOT admin_paused AND enabled AND model_id IS NOT NULL AND schedule IS NULL"
-    ),
-}
 
 
-async def _all(engine: AsyncEngine, sql: str, params: dict[str, Any]) -> list[Row]:
-    async with engine.connect() as conn:
-        return [dict(row) for row in (await conn.execute(text(sql), params)).mappings()]
-
-
-async def fetch_runs(
-    engine: AsyncEngine,
-    *,
-    first: int,
-    after: int | None,
-    agent_id: int | None = None,
-    states: Sequence[RunState] | None = None,
-) -> list[Row]:
-    """Keyset page of the journal, newest first; one row more than asked tells `hasNextPage`.
-
-    Runs of hidden (deleted) agents are left out; each row carries its agent's `owner_id`."""
-    where = ["a.deleted_at IS NULL"]
-    params: dict[str, Any] = {"limit": first + 1}
-    if after is not None:
-        where.append("r.id < :after")
-        params["after"] = after
-    if agent_id is not None:
-        where.append("r.agent_id = :agent_id")
-        params["agent_id"] = agent_id
-    if states is not None:
-        where.append("r.state = ANY(CAST(:states AS text[]))")
-        params["states"] = [s.value for s in states]
-    return await _all(
-        engine,
-        "SELECT r.*, a.user_id AS owner_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
-        f" WHERE {' AND '.join(where)} ORDER BY r.id DESC LIMIT :limit",
-        params,
-    )
+def _journal_node(entry: tuple[RunRow, int]) -> Run:
+    row, owner_id = entry
+    return Run.from_row(row, owner_id=owner_id)
 
 
 @strawberry.type
@@ -102,15 +58,15 @@ class Query:
     @described(description="The admin's allowed list.")
     async def agent_models(self, info: Info) -> list[AgentModel]:
         info.context.require_viewer()
-        rows = await _all(info.context.engine, "SELECT * FROM agent_models ORDER BY id", {})
+        async with info.context.engine.connect() as conn:
+            rows = await catalog.all_models(conn)
         return [AgentModel.from_row(r) for r in rows]
 
     @described(description="Optional tools an owner may attach now (agentsAllowed = true).")
     async def tools(self, info: Info) -> list[Tool]:
         info.context.require_viewer()
-        rows = await _all(
-            info.context.engine, "SELECT * FROM tools WHERE agents_allowed ORDER BY name", {}
-        )
+        async with info.context.engine.connect() as conn:
+            rows = await catalog.list_tools(conn, allowed_only=True)
         return [Tool.from_row(r) for r in rows]
 
     @described(description="Admin only. Every agent, newest first.")
@@ -124,22 +80,16 @@ class Query:
     ) -> AgentConnection:
         info.context.require_admin()
         size = page_size(first)
-        where = ["deleted_at IS NULL"]
-        params: dict[str, Any] = {"limit": size + 1}
         cursor = decode_cursor("agent", after)
-        if cursor is not None:
-            where.append("id < :after")
-            params["after"] = cursor
-        if owner_id is not None:
-            where.append("user_id = :owner")
-            params["owner"] = parse_id(owner_id, "ownerId")
-        if status is not None:
-            where.append(f"({_STATUS_SQL[status]})")
-        rows = await _all(
-            info.context.engine,
-            f"SELECT * FROM agents WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit",
-            params,
-        )
+        owner = parse_id(owner_id, "ownerId") if owner_id is not None else None
+        async with info.context.engine.connect() as conn:
+            rows = await agents_db.live_agent_page(
+                conn,
+                limit=size + 1,  # one more tells hasNextPage
+                after=cursor,
+                owner_id=owner,
+                status=gate.AgentStatus[status.name] if status is not None else None,
+            )
         for row in rows:
             info.context.loaders.prime_agent(row)
         return AgentConnection.from_rows(rows, size, kind="agent", node=Agent.from_row)
@@ -155,19 +105,23 @@ class Query:
     ) -> RunConnection:
         info.context.require_admin()
         size = page_size(first)
-        rows = await fetch_runs(
-            info.context.engine,
-            first=size,
-            after=decode_cursor("run", after),
-            agent_id=parse_id(agent_id, "agentId") if agent_id is not None else None,
-            states=states,
-        )
-        return RunConnection.from_rows(rows, size, kind="run", node=Run.from_row)
+        cursor = decode_cursor("run", after)
+        agent = parse_id(agent_id, "agentId") if agent_id is not None else None
+        async with info.context.engine.connect() as conn:
+            entries = await runs_db.journal_page(
+                conn,
+                limit=size + 1,  # one more tells hasNextPage
+                after=cursor,
+                agent_id=agent,
+                states=states,
+            )
+        return RunConnection.from_rows(entries, size, kind="run", node=_journal_node)
 
     @described(description="Admin only. All catalog tools, allowed or not.")
     async def admin_tools(self, info: Info) -> list[Tool]:
         info.context.require_admin()
-        rows = await _all(info.context.engine, "SELECT * FROM tools ORDER BY name", {})
+        async with info.context.engine.connect() as conn:
+            rows = await catalog.list_tools(conn, allowed_only=False)
         return [Tool.from_row(r) for r in rows]
 
     @described(
@@ -178,10 +132,8 @@ class Query:
     )
     async def delivery_targets(self, info: Info) -> list[DeliveryTarget]:
         viewer = info.context.require_viewer()
-        where = "" if viewer.is_admin else " WHERE enabled"
-        rows = await _all(
-            info.context.engine, f"SELECT * FROM delivery_targets{where} ORDER BY name, id", {}
-        )
+        async with info.context.engine.connect() as conn:
+            rows = await deliveries.list_targets(conn, enabled_only=not viewer.is_admin)
         return [DeliveryTarget.from_row(r, admin=viewer.is_admin) for r in rows]
 
     @described(description="Admin only.")
@@ -247,15 +199,15 @@ class Query:
     ) -> AuditEntryConnection:
         info.context.require_admin()
         size = page_size(first)
-        where = audit.AuditFilter(
+        where = audit_db.AuditFilter(
             agent_id=parse_id(agent_id, "agentId") if agent_id is not None else None,
             user_id=parse_id(user_id, "userId") if user_id is not None else None,
             actor_id=parse_id(actor_id, "actorId") if actor_id is not None else None,
         )
         cursor = decode_cursor("audit", after)
         async with info.context.engine.connect() as conn:
-            rows = await audit.fetch_page(conn, first=size, after=cursor, where=where)
+            rows = await audit_db.fetch_page(conn, first=size, after=cursor, where=where)
         return AuditEntryConnection.from_rows(rows, size, kind="audit", node=AuditEntry.from_row)
 
 
-__all__ = ["Context", "Query", "fetch_runs"]
+__all__ = ["Context", "Query"]

@@ -30,6 +30,8 @@ from agent_engine.api.types.agents import Run, RunEvent
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep
 from agent_engine.db.run_events import steps_since
+from agent_engine.db.run_steps import StepRow
+from agent_engine.db.runs import RunRow
 from agent_engine.domain.runs import TERMINAL_STATES, RunState
 from agent_engine.runs.budget import owner_budget
 
@@ -61,7 +63,7 @@ def run_events_feed(hub: RunEventHub, owner_id: int | None, agent_id: int | None
 
 def _run_event(event: HubEvent, context: Context) -> RunEvent:
     return RunEvent(
-        run=Run.from_row(event.run, owner_id=event.owner_id),
+        run=Run.from_row(RunRow.from_row(event.run), owner_id=event.owner_id),
         previous_state=RunState(event.previous_state) if event.previous_state else None,
     )
 
@@ -124,7 +126,7 @@ async def _run_steps(
                 if before is None or (finished and not before):
                     emitted[index] = finished
                     context.refresh()
-                    yield RunStep.from_row(row, owner_view=owner_view)
+                    yield RunStep.from_row(StepRow.from_row(row), owner_view=owner_view)
             while emitted.get(from_index):
                 from_index += 1
             if rows[0]["run_state"] in TERMINAL_STATES:
@@ -148,7 +150,7 @@ class Subscription:
         viewer = info.context.require_viewer()
         agent: int | None = None
         if isinstance(agent_id, str):  # absent (UNSET) or null: every agent the viewer sees
-            agent = int((await visible_agent(info, parse_id(agent_id, "agentId")))["id"])
+            agent = (await visible_agent(info, parse_id(agent_id, "agentId"))).id
         # Owners see their own agents' runs; admins everyone's (also for a given agent).
         owner = None if viewer.is_admin else viewer.user_id
         return shared_stream(info, run_events_feed(_hub(info.context), owner, agent))

@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import Row, RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.domain.gate import AgentStatus
+
 
 @dataclass(frozen=True, slots=True)
 class AgentRow:
@@ -340,3 +342,70 @@ async def set_next_run_at(
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
+
+
+# --- reads for the API ------------------------------------------------------------------------
+
+# Hidden (deleted) agents are in no view; only the budget sum still reads them.
+LIVE_AGENT = text("SELECT * FROM agents WHERE id = :id AND deleted_at IS NULL")
+LIVE_AGENTS_BY_ID = text(
+    "SELECT * FROM agents WHERE id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
+)
+LIVE_AGENTS_OF_OWNERS = text(
+    "SELECT * FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
+    " ORDER BY id"
+)
+
+# Derived status as SQL, the same precedence as domain.gate.agent_status.
+_STATUS_SQL = {
+    AgentStatus.ADMIN_PAUSED: "admin_paused",
+    AgentStatus.DISABLED: "NOT admin_paused AND NOT enabled",
+    AgentStatus.NO_MODEL: "NOT admin_paused AND enabled AND model_id IS NULL",
+    AgentStatus.SCHEDULED: (
+        "NOT admin_paused AND enabled AND model_id IS NOT NULL AND schedule IS NOT NULL"
+    ),
+    AgentStatus.MANUAL: (
+        "NOT admin_paused AND enabled AND model_id IS NOT NULL AND schedule IS NULL"
+    ),
+}
+
+
+async def fetch_live_agent(conn: AsyncConnection, agent_id: int) -> AgentRow | None:
+    row = (await conn.execute(LIVE_AGENT, {"id": agent_id})).mappings().one_or_none()
+    return None if row is None else AgentRow.from_row(row)
+
+
+async def live_agents_by_id(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[AgentRow]:
+    rows = await conn.execute(LIVE_AGENTS_BY_ID, {"ids": list(agent_ids)})
+    return [AgentRow.from_row(row) for row in rows.mappings()]
+
+
+async def live_agents_of_owners(conn: AsyncConnection, owner_ids: Sequence[int]) -> list[AgentRow]:
+    """The owners' live agents, oldest first."""
+    rows = await conn.execute(LIVE_AGENTS_OF_OWNERS, {"ids": list(owner_ids)})
+    return [AgentRow.from_row(row) for row in rows.mappings()]
+
+
+async def live_agent_page(
+    conn: AsyncConnection,
+    *,
+    limit: int,
+    after: int | None = None,
+    owner_id: int | None = None,
+    status: AgentStatus | None = None,
+) -> list[AgentRow]:
+    """Live agents, newest first, keyset-paged by id, optionally one owner's or one status's."""
+    where = ["deleted_at IS NULL"]
+    params: dict[str, Any] = {"limit": limit}
+    if after is not None:
+        where.append("id < :after")
+        params["after"] = after
+    if owner_id is not None:
+        where.append("user_id = :owner")
+        params["owner"] = owner_id
+    if status is not None:
+        where.append(f"({_STATUS_SQL[status]})")
+    statement = text(
+        f"SELECT * FROM agents WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
+    )
+    return [AgentRow.from_row(row) for row in (await conn.execute(statement, params)).mappings()]

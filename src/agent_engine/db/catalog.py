@@ -256,3 +256,50 @@ async def upsert_tool_descriptions(conn: AsyncConnection, tools: Sequence[tuple[
         UPSERT_TOOL_DESCRIPTIONS,
         {"names": [name for name, _ in tools], "descriptions": [desc for _, desc in tools]},
     )
+
+
+# --- reads for the API ------------------------------------------------------------------------
+
+MODELS_BY_ID = text("SELECT * FROM agent_models WHERE id = ANY(CAST(:ids AS bigint[]))")
+ALL_MODELS = text("SELECT * FROM agent_models ORDER BY id")
+SELECT_MODEL = text("SELECT * FROM agent_models WHERE id = :id")
+ALL_TOOLS = text("SELECT * FROM tools ORDER BY name")
+ALLOWED_TOOL_LIST = text("SELECT * FROM tools WHERE agents_allowed ORDER BY name")
+SELECT_TOOL = text("SELECT * FROM tools WHERE id = :id")
+TOOLS_OF_AGENTS = text(
+    "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
+    " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
+)
+
+
+async def models_by_id(conn: AsyncConnection, model_ids: Sequence[int]) -> list[AgentModelRow]:
+    rows = await conn.execute(MODELS_BY_ID, {"ids": list(model_ids)})
+    return [AgentModelRow.from_row(row) for row in rows.mappings()]
+
+
+async def all_models(conn: AsyncConnection) -> list[AgentModelRow]:
+    return [AgentModelRow.from_row(row) for row in (await conn.execute(ALL_MODELS)).mappings()]
+
+
+async def fetch_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | None:
+    row = (await conn.execute(SELECT_MODEL, {"id": model_id})).mappings().one_or_none()
+    return None if row is None else AgentModelRow.from_row(row)
+
+
+async def list_tools(conn: AsyncConnection, *, allowed_only: bool) -> list[ToolRow]:
+    """The catalog by name: every tool, or those agents may use now."""
+    rows = await conn.execute(ALLOWED_TOOL_LIST if allowed_only else ALL_TOOLS)
+    return [ToolRow.from_row(row) for row in rows.mappings()]
+
+
+async def fetch_tool(conn: AsyncConnection, tool_id: int) -> ToolRow | None:
+    row = (await conn.execute(SELECT_TOOL, {"id": tool_id})).mappings().one_or_none()
+    return None if row is None else ToolRow.from_row(row)
+
+
+async def tools_of_agents(
+    conn: AsyncConnection, agent_ids: Sequence[int]
+) -> list[tuple[int, ToolRow]]:
+    """(agent id, tool) for each agent's selection, by tool name."""
+    rows = await conn.execute(TOOLS_OF_AGENTS, {"ids": list(agent_ids)})
+    return [(int(row["agent_id"]), ToolRow.from_row(row)) for row in rows.mappings()]

@@ -220,3 +220,69 @@ async def record_attempt(
             "finished_at": finished_at,
         },
     )
+
+
+# --- reads for the API ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunDeliveryRow:
+    """One run's delivery to one target, with the target."""
+
+    run_id: int
+    target: DeliveryTargetRow
+    status: str
+    webhook_id: str
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+    next_attempt_at: datetime | None
+
+
+ALL_TARGETS = text("SELECT * FROM delivery_targets ORDER BY name, id")
+ENABLED_TARGET_LIST = text("SELECT * FROM delivery_targets WHERE enabled ORDER BY name, id")
+DELIVERIES_OF_RUNS = text(
+    "SELECT d.run_id, d.status, d.webhook_id, d.attempts, d.last_status_code, d.last_error,"
+    " d.delivered_at, d.next_attempt_at, t.*"
+    " FROM run_deliveries d JOIN delivery_targets t ON t.id = d.target_id"
+    " WHERE d.run_id = ANY(CAST(:ids AS bigint[])) ORDER BY d.run_id, t.name, t.id"
+)
+TARGETS_OF_AGENTS = text(
+    "SELECT adt.agent_id, t.* FROM agent_delivery_targets adt"
+    " JOIN delivery_targets t ON t.id = adt.target_id"
+    " WHERE adt.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name, t.id"
+)
+
+
+async def list_targets(conn: AsyncConnection, *, enabled_only: bool) -> list[DeliveryTargetRow]:
+    """The targets by name: all, or the enabled ones."""
+    rows = await conn.execute(ENABLED_TARGET_LIST if enabled_only else ALL_TARGETS)
+    return [DeliveryTargetRow.from_row(row) for row in rows.mappings()]
+
+
+async def deliveries_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[RunDeliveryRow]:
+    """The runs' deliveries, by run and target name."""
+    rows = await conn.execute(DELIVERIES_OF_RUNS, {"ids": list(run_ids)})
+    return [
+        RunDeliveryRow(
+            run_id=int(row["run_id"]),
+            target=DeliveryTargetRow.from_row(row),
+            status=row["status"],
+            webhook_id=row["webhook_id"],
+            attempts=int(row["attempts"]),
+            last_status_code=row["last_status_code"],
+            last_error=row["last_error"],
+            delivered_at=row["delivered_at"],
+            next_attempt_at=row["next_attempt_at"],
+        )
+        for row in rows.mappings()
+    ]
+
+
+async def targets_of_agents(
+    conn: AsyncConnection, agent_ids: Sequence[int]
+) -> list[tuple[int, DeliveryTargetRow]]:
+    """(agent id, target) for each agent's selection, by target name."""
+    rows = await conn.execute(TARGETS_OF_AGENTS, {"ids": list(agent_ids)})
+    return [(int(row["agent_id"]), DeliveryTargetRow.from_row(row)) for row in rows.mappings()]

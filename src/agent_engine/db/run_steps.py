@@ -7,11 +7,13 @@ and writes nothing; an end never overwrites a step the cancel already closed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, RowMapping
+from sqlalchemy import Row, RowMapping, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 # The end of the step before, if one is waiting; then the new step. Sent on the pooled
 # connection's asyncpg driver directly (asyncpg placeholders): it is the one statement a run pays
@@ -68,7 +70,7 @@ class StepRow:
     finished_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> StepRow:
+    def from_row(cls, row: Row[Any] | RowMapping | Mapping[str, Any]) -> StepRow:
         m = row._mapping if isinstance(row, Row) else row
         return cls(
             run_id=int(m["run_id"]),
@@ -83,3 +85,15 @@ class StepRow:
             started_at=m["started_at"],
             finished_at=m["finished_at"],
         )
+
+
+STEPS_OF_RUNS = text(
+    "SELECT * FROM agent_run_steps WHERE run_id = ANY(CAST(:ids AS bigint[]))"
+    " ORDER BY run_id, index"
+)
+
+
+async def steps_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[StepRow]:
+    """The runs' transcripts, each in order."""
+    rows = await conn.execute(STEPS_OF_RUNS, {"ids": list(run_ids)})
+    return [StepRow.from_row(row) for row in rows.mappings()]

@@ -7,14 +7,17 @@ and finish (`runs/claim.py`, `runs/finish.py`), cancel (`runs/cancel.py`), reape
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import Row, RowMapping, TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
+from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,7 @@ class RunRow:
     cost: Decimal | None
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> RunRow:
+    def from_row(cls, row: Row[Any] | RowMapping | Mapping[str, Any]) -> RunRow:
         m = row._mapping if isinstance(row, Row) else row
         return cls(
             id=int(m["id"]),
@@ -296,3 +299,110 @@ CLAIM_RESENDS = text(
     " AND NOT " + _OF_LIMITED_MODEL + " ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED)"
     " RETURNING id"
 )
+
+
+# --- reads for the API ----------------------------------------------------------------------------
+
+
+def _states_sql(states: frozenset[RunState]) -> str:
+    """A literal state list: the partial indexes match on it, as a parameter they would not."""
+    return ", ".join(f"'{state.value}'" for state in RunState if state in states)
+
+
+RUNS_BY_ID = text("SELECT * FROM agent_runs WHERE id = ANY(CAST(:ids AS bigint[]))")
+# For `lastRun`: the newest finished run per agent via the journal index, one LATERAL probe each.
+LAST_FINISHED_RUNS = text(
+    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
+    " CROSS JOIN LATERAL (SELECT * FROM agent_runs"
+    f"   WHERE agent_id = a.id AND state IN ({_states_sql(TERMINAL_STATES)})"
+    "   ORDER BY id DESC LIMIT 1) AS r"
+)
+ACTIVE_RUNS = text(
+    "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
+    f" AND state IN ({_states_sql(UNFINISHED_STATES)})"
+)
+# A journal page per agent: every `Agent.runs` of a request with the same arguments in one
+# statement (an index probe per agent on ix_agent_runs_journal), not one statement per agent.
+_RUN_PAGES = (
+    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
+    " CROSS JOIN LATERAL (SELECT * FROM agent_runs WHERE agent_id = a.id{filters}"
+    "   ORDER BY id DESC LIMIT :limit) AS r"
+)
+RUN_OWNER = text(
+    "SELECT a.user_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = :id"
+)
+
+
+async def _runs(conn: AsyncConnection, statement: TextClause, ids: Sequence[int]) -> list[RunRow]:
+    rows = await conn.execute(statement, {"ids": list(ids)})
+    return [RunRow.from_row(row) for row in rows.mappings()]
+
+
+async def runs_by_id(conn: AsyncConnection, run_ids: Sequence[int]) -> list[RunRow]:
+    return await _runs(conn, RUNS_BY_ID, run_ids)
+
+
+async def last_finished_runs(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[RunRow]:
+    """Each agent's newest finished run (agents without one are left out)."""
+    return await _runs(conn, LAST_FINISHED_RUNS, agent_ids)
+
+
+async def active_runs(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[RunRow]:
+    """Each agent's unfinished run, if any."""
+    return await _runs(conn, ACTIVE_RUNS, agent_ids)
+
+
+async def run_pages(
+    conn: AsyncConnection,
+    agent_ids: Sequence[int],
+    *,
+    limit: int,
+    after: int | None,
+    states: Sequence[str] | None,
+) -> list[RunRow]:
+    """Up to `limit` runs per agent, newest first, below the keyset cursor `after`."""
+    filters = ""
+    params: dict[str, Any] = {"ids": sorted(set(agent_ids)), "limit": limit}
+    if after is not None:
+        filters += " AND id < :after"
+        params["after"] = after
+    if states is not None:
+        filters += " AND state = ANY(CAST(:states AS text[]))"
+        params["states"] = list(states)
+    rows = await conn.execute(text(_RUN_PAGES.format(filters=filters)), params)
+    return [RunRow.from_row(row) for row in rows.mappings()]
+
+
+async def journal_page(
+    conn: AsyncConnection,
+    *,
+    limit: int,
+    after: int | None = None,
+    agent_id: int | None = None,
+    states: Sequence[RunState] | None = None,
+) -> list[tuple[RunRow, int]]:
+    """Runs newest first, keyset-paged by id, each with its agent's owner; runs of hidden
+    (deleted) agents are left out."""
+    where = ["a.deleted_at IS NULL"]
+    params: dict[str, Any] = {"limit": limit}
+    if after is not None:
+        where.append("r.id < :after")
+        params["after"] = after
+    if agent_id is not None:
+        where.append("r.agent_id = :agent_id")
+        params["agent_id"] = agent_id
+    if states is not None:
+        where.append("r.state = ANY(CAST(:states AS text[]))")
+        params["states"] = [s.value for s in states]
+    statement = text(
+        "SELECT r.*, a.user_id AS owner_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+        f" WHERE {' AND '.join(where)} ORDER BY r.id DESC LIMIT :limit"
+    )
+    rows = await conn.execute(statement, params)
+    return [(RunRow.from_row(row), int(row["owner_id"])) for row in rows.mappings()]
+
+
+async def run_owner(conn: AsyncConnection, run_id: int) -> int | None:
+    """The owner of the run's agent; None when the run does not exist."""
+    owner = (await conn.execute(RUN_OWNER, {"id": run_id})).scalar_one_or_none()
+    return None if owner is None else int(owner)

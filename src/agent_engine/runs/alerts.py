@@ -21,9 +21,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import alerts as alerts_sql
-from agent_engine.db.alerts import BudgetAlert as BudgetAlert
-from agent_engine.db.alerts import alerts_of_owners as alerts_of_owners
-from agent_engine.db.alerts import newest_alerts as newest_alerts
+from agent_engine.db.alerts import BudgetAlert
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.db.spend import spent_tokens
 from agent_engine.domain.budget import BudgetWindow, thresholds_reached, week_window

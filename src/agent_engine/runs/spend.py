@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import spend as spend_sql
 from agent_engine.db.platform import PlatformSettings, load_platform_settings, zone_or_utc
-from agent_engine.db.spend import OwnerSpend as OwnerSpend
-from agent_engine.db.spend import recent_tokens as recent_tokens
-from agent_engine.db.spend import spend_by_owner as spend_by_owner
-from agent_engine.db.spend import spent_costs as spent_costs
 from agent_engine.domain.forecast import (
     AgentPace,
     BudgetForecast,
@@ -31,8 +27,25 @@ from agent_engine.domain.schedule import Schedule, ScheduleError, parse_schedule
 from agent_engine.runs.budget import owners_budgets
 
 
+class PacedAgent(Protocol):
+    """What a pace needs of an agent row (an `AgentRow`, or a row of the forecast's read)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def admin_paused(self) -> bool: ...
+    @property
+    def model_id(self) -> int | None: ...
+    @property
+    def schedule(self) -> Any: ...
+    @property
+    def next_run_at(self) -> datetime | None: ...
+
+
 def agent_paces(
-    agents: Iterable[Mapping[Any, Any]],
+    agents: Iterable[PacedAgent],
     expected: Mapping[int, int | None],
     *,
     zone: ZoneInfo,
@@ -42,13 +55,13 @@ def agent_paces(
     # Agents often share a schedule ("daily at 09:00"): each distinct one is validated once.
     parsed: dict[tuple[tuple[str, Any], ...], Schedule | None] = {}
     for row in agents:
-        if row["next_run_at"] is None or not gate_open(
-            enabled=row["enabled"],
-            admin_paused=row["admin_paused"],
-            has_model=row["model_id"] is not None,
+        if row.next_run_at is None or not gate_open(
+            enabled=row.enabled,
+            admin_paused=row.admin_paused,
+            has_model=row.model_id is not None,
         ):
             continue
-        stored = row["schedule"]
+        stored = row.schedule
         key = tuple(sorted(stored.items())) if isinstance(stored, dict) else (("", stored),)
         if key not in parsed:
             try:
@@ -61,9 +74,9 @@ def agent_paces(
         paces.append(
             AgentPace(
                 schedule=schedule,
-                next_run_at=row["next_run_at"],
+                next_run_at=row.next_run_at,
                 zone=zone,
-                expected_tokens=expected.get(int(row["id"])),
+                expected_tokens=expected.get(int(row.id)),
             )
         )
     return paces
@@ -81,12 +94,8 @@ async def owner_forecast(
     if platform is None:
         platform = await load_platform_settings(conn)
     budget = (await owners_budgets(conn, [owner_id], now=now, platform=platform))[owner_id]
-    rows = (
-        (await conn.execute(spend_sql.SCHEDULED_AGENTS_OF_OWNER, {"owner_id": owner_id}))
-        .mappings()
-        .all()
-    )
-    owner_zone = rows[0]["owner_timezone"] if rows else None
+    rows = (await conn.execute(spend_sql.SCHEDULED_AGENTS_OF_OWNER, {"owner_id": owner_id})).all()
+    owner_zone = rows[0].owner_timezone if rows else None
     zone = zone_or_utc(owner_zone) if owner_zone else platform.zone
-    expected = {int(r["id"]): expected_tokens_per_run(r["recent_tokens"]) for r in rows}
+    expected = {int(r.id): expected_tokens_per_run(r.recent_tokens) for r in rows}
     return forecast_budget(budget, agent_paces(rows, expected, zone=zone), now=now)

@@ -4,10 +4,10 @@ owners). An admin pauses (`setAdminPaused`) rather than switching an agent off."
 from __future__ import annotations
 
 import strawberry
-from sqlalchemy import text
 
 from agent_engine.agents import admin as admin_service
 from agent_engine.agents import admin_rules
+from agent_engine.agents.errors import Missing
 from agent_engine.api.errors import BadUserInput, Conflict
 from agent_engine.api.guards import MODEL_FIELD_MAX_CHARS, checked_text
 from agent_engine.api.ids import parse_id
@@ -18,6 +18,7 @@ from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Agent
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, shown_user
+from agent_engine.db import catalog
 from agent_engine.db.models.agents import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.runs import model_slots
 
@@ -104,21 +105,15 @@ class AdminMutation:
         async with transaction(info) as conn:
             saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
             await admin_service.set_model_prices(conn, saved.id, prices)
-            row = (
-                (
-                    await conn.execute(
-                        text("SELECT * FROM agent_models WHERE id = :id"), {"id": saved.id}
-                    )
-                )
-                .mappings()
-                .one()
-            )
+            row = await catalog.fetch_model(conn, saved.id)
+            if row is None:  # saved in this transaction: it cannot be gone
+                raise Missing("model", saved.id)
         if saved.limit_widened:
             # Runs waiting for a slot of this model start now, not at the reaper's next pass.
             await model_slots.wake_after_limit_change(
                 info.context.engine, saved.id, limit=saved.limit, enqueue=info.context.enqueue
             )
-        return AgentModel.from_row(dict(row))
+        return AgentModel.from_row(row)
 
     @described_mutation(
         description=(
@@ -139,9 +134,7 @@ class AdminMutation:
         ident = parse_id(tool_id, "toolId")
         async with transaction(info) as conn:
             await admin_service.set_tool_allowed(conn, ident, allowed, actor_id=viewer.user_id)
-            row = (
-                (await conn.execute(text("SELECT * FROM tools WHERE id = :id"), {"id": ident}))
-                .mappings()
-                .one()
-            )
-        return Tool.from_row(dict(row))
+            row = await catalog.fetch_tool(conn, ident)
+            if row is None:  # changed in this transaction: it cannot be gone
+                raise Missing("tool", ident)
+        return Tool.from_row(row)

@@ -148,12 +148,12 @@ class AgentMutation:
         found = await owned_agent(info, agent_id, "delete it")
         async with transaction(info) as conn:
             await deletion.delete_agent(conn, agent_id, now=info.context.now)
-            if not is_owner(viewer, found["user_id"]):  # an admin deleting another's: audited
+            if not is_owner(viewer, found.user_id):  # an admin deleting another's: audited
                 await admin_service.record_agent_deleted(
                     conn,
                     agent_id,
-                    owner_id=int(found["user_id"]),
-                    name=found["name"],
+                    owner_id=found.user_id,
+                    name=found.name,
                     actor_id=viewer.user_id,
                 )
         info.context.loaders.forget_agent(agent_id)

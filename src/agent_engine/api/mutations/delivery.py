@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import strawberry
-from sqlalchemy import text
 
 from agent_engine.agents import audit
+from agent_engine.agents.errors import Missing
 from agent_engine.api.errors import BadUserInput
 from agent_engine.api.guards import NAME_MAX_CHARS, checked_text
 from agent_engine.api.ids import parse_id
@@ -14,6 +14,7 @@ from agent_engine.api.mutations.common import fresh_agent, owned_agent, transact
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Agent
 from agent_engine.api.types.delivery import DeliveryTarget
+from agent_engine.db import deliveries
 from agent_engine.delivery import targets as delivery_targets
 from agent_engine.domain.delivery import secret_env_problem, target_url_problem
 
@@ -70,15 +71,9 @@ class DeliveryTargetMutation:
         )
         async with transaction(info) as conn:
             saved = await delivery_targets.upsert_target(conn, target_id, draft)
-            row = (
-                (
-                    await conn.execute(
-                        text("SELECT * FROM delivery_targets WHERE id = :id"), {"id": saved}
-                    )
-                )
-                .mappings()
-                .one()
-            )
+            row = await deliveries.fetch_target(conn, saved)
+            if row is None:  # saved in this transaction: it cannot be gone
+                raise Missing("delivery target", saved)
             # The secret itself is never stored: the audit keeps the variable's name.
             await audit.record(
                 conn,
@@ -87,13 +82,13 @@ class DeliveryTargetMutation:
                 details={
                     "targetId": str(saved),
                     "created": target_id is None,
-                    "name": row["name"],
-                    "url": audit.redacted_url(row["url"]),
-                    "secretEnv": row["secret_env"],
-                    "enabled": bool(row["enabled"]),
+                    "name": row.name,
+                    "url": audit.redacted_url(row.url),
+                    "secretEnv": row.secret_env,
+                    "enabled": row.enabled,
                 },
             )
-        return DeliveryTarget.from_row(dict(row), admin=True)
+        return DeliveryTarget.from_row(row, admin=True)
 
     @described_mutation(
         description="Admin only. Removes the target; agents lose it from their selection."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import strawberry
-from sqlalchemy import text
 
 from agent_engine.api.access import is_owner, may_see
 from agent_engine.api.errors import Conflict, NotFound, StartRefused
@@ -11,6 +10,7 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.mutations.common import owned_agent
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Run
+from agent_engine.db.runs import RunRow, run_owner
 from agent_engine.domain.gate import AgentNotStartable
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.runs import cancel as run_cancel
@@ -44,7 +44,7 @@ class RunMutation:
             raise NotFound("agent", ident) from exc
         except AgentNotStartable as exc:
             raise StartRefused(exc) from exc
-        return Run.from_row(row, owner_id=int(agent["user_id"]))
+        return Run.from_row(RunRow.from_row(row), owner_id=agent.user_id)
 
     @described_mutation(
         description=(
@@ -57,15 +57,7 @@ class RunMutation:
         viewer = info.context.require_viewer()
         ident = parse_id(run_id, "runId")
         async with info.context.engine.connect() as conn:
-            owner = (
-                await conn.execute(
-                    text(
-                        "SELECT a.user_id FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
-                        " WHERE r.id = :id"
-                    ),
-                    {"id": ident},
-                )
-            ).scalar_one_or_none()
+            owner = await run_owner(conn, ident)
         if owner is None or not may_see(viewer, owner):
             raise NotFound("run", ident)
         by = "its owner" if is_owner(viewer, owner) else f"an admin (user {viewer.user_id})"
@@ -85,4 +77,4 @@ class RunMutation:
             raise Conflict(
                 f"run {ident} already finished ({exc.state}): nothing to cancel"
             ) from exc
-        return Run.from_row(row)
+        return Run.from_row(RunRow.from_row(row))

@@ -18,7 +18,6 @@ from agent_engine.api.enums import AgentStatus
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
 from agent_engine.api.ids import decode_cursor
-from agent_engine.api.loaders import Row
 from agent_engine.api.pagination import Connection
 from agent_engine.api.resolvers import Info, awaited_later, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
@@ -27,6 +26,9 @@ from agent_engine.api.types.delivery import Delivery, DeliveryTarget
 from agent_engine.api.types.schedules import Schedule, schedule_from_json
 from agent_engine.api.types.transcript import RunStep, viewer_owns_run
 from agent_engine.api.types.users import User, existing_user, owner_zone
+from agent_engine.db.agents import AgentRow
+from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.runs import RunRow
 from agent_engine.domain import gate
 from agent_engine.domain.runs import RunReason, RunState, RunTrigger
 from agent_engine.domain.schedule import next_slots, parse_schedule
@@ -35,7 +37,7 @@ from agent_engine.runtime.tools.registry import core_tools
 
 @strawberry.type
 class Run:
-    row: strawberry.Private[Row]
+    row: strawberry.Private[RunRow]
     id: strawberry.ID
     trigger: RunTrigger
     state: RunState
@@ -60,25 +62,23 @@ class Run:
     )
 
     @classmethod
-    def from_row(cls, row: Row, *, owner_id: int | None = None) -> Run:
-        if owner_id is None and row.get("owner_id") is not None:
-            owner_id = int(row["owner_id"])
+    def from_row(cls, row: RunRow, *, owner_id: int | None = None) -> Run:
         return cls(
             row=row,
             owner_id=owner_id,
-            prompt_tokens=int(row.get("prompt_tokens") or 0),
-            completion_tokens=int(row.get("completion_tokens") or 0),
-            cost=decimal_text_or_none(row.get("cost")),
-            id=strawberry.ID(str(row["id"])),
-            trigger=RunTrigger(row["trigger"]),
-            state=RunState(row["state"]),
-            reason=RunReason(row["reason"]) if row["reason"] else None,
-            tokens_used=int(row["tokens_used"]),
-            error=row["error"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-            heartbeat_at=row["heartbeat_at"],
-            created_at=row["created_at"],
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            cost=decimal_text_or_none(row.cost),
+            id=strawberry.ID(str(row.id)),
+            trigger=RunTrigger(row.trigger),
+            state=RunState(row.state),
+            reason=RunReason(row.reason) if row.reason else None,
+            tokens_used=row.tokens_used,
+            error=row.error,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            heartbeat_at=row.heartbeat_at,
+            created_at=row.created_at,
         )
 
     # The output was read with the owner's Knowledge Store access: it is the owner's alone.
@@ -89,17 +89,17 @@ class Run:
     )
     def output(self, info: Info) -> str | None:
         viewer = info.context.viewer
-        if viewer is None or self.row["output"] is None:
+        if viewer is None or self.row.output is None:
             return None
         if self.owner_id is not None:
-            return cast(str, self.row["output"]) if self.owner_id == viewer.user_id else None
+            return self.row.output if self.owner_id == viewer.user_id else None
         return awaited_later(self._output_for(info, viewer.user_id))
 
     async def _output_for(self, info: Info, viewer_id: int) -> str | None:
-        agent = await info.context.loaders.agent.load(int(self.row["agent_id"]))
-        if agent is None or int(agent["user_id"]) != viewer_id:
+        agent = await info.context.loaders.agent.load(self.row.agent_id)
+        if agent is None or agent.user_id != viewer_id:
             return None
-        return cast(str, self.row["output"])
+        return self.row.output
 
     @described(
         description=(
@@ -122,21 +122,21 @@ class Run:
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
-        row = await info.context.loaders.agent.load(int(self.row["agent_id"]))
+        row = await info.context.loaders.agent.load(self.row.agent_id)
         if row is None:
             # Deleted (hidden or gone) after this run was read: as for any vanished agent.
-            raise NotFound("agent", self.row["agent_id"])
+            raise NotFound("agent", self.row.agent_id)
         return Agent.from_row(row)
 
 
 RunConnection = Connection[Run]
 
 
-def _gate(row: Row) -> dict[str, bool]:
+def _gate(row: AgentRow) -> dict[str, bool]:
     return {
-        "enabled": bool(row["enabled"]),
-        "admin_paused": bool(row["admin_paused"]),
-        "has_model": row["model_id"] is not None,
+        "enabled": row.enabled,
+        "admin_paused": row.admin_paused,
+        "has_model": row.model_id is not None,
     }
 
 
@@ -144,10 +144,10 @@ def _gate(row: Row) -> dict[str, bool]:
 class AgentRelations:
     """An agent's related rows, fetched for a whole page at once (Viewer.agents)."""
 
-    model: Row | None
-    tools: list[Row]
-    active_run: Row | None
-    last_run: Row | None
+    model: AgentModelRow | None
+    tools: list[ToolRow]
+    active_run: RunRow | None
+    last_run: RunRow | None
 
 
 # GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
@@ -156,7 +156,7 @@ PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
 
 @strawberry.type
 class Agent:
-    row: strawberry.Private[Row]
+    row: strawberry.Private[AgentRow]
     id: strawberry.ID
     name: str
     description: str | None
@@ -170,29 +170,29 @@ class Agent:
     relations: strawberry.Private[AgentRelations | None] = None
 
     @classmethod
-    def from_row(cls, row: Row, relations: AgentRelations | None = None) -> Agent:
+    def from_row(cls, row: AgentRow, relations: AgentRelations | None = None) -> Agent:
         return cls(
             row=row,
             relations=relations,
-            id=strawberry.ID(str(row["id"])),
-            name=row["name"],
-            description=row["description"],
-            prompt=row["prompt"],
-            enabled=row["enabled"],
-            admin_paused=row["admin_paused"],
-            next_run_at=row["next_run_at"],
-            meta=row["meta"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
+            id=strawberry.ID(str(row.id)),
+            name=row.name,
+            description=row.description,
+            prompt=row.prompt,
+            enabled=row.enabled,
+            admin_paused=row.admin_paused,
+            next_run_at=row.next_run_at,
+            meta=cast(JSON | None, row.meta),
+            created_at=row.created_at,
+            updated_at=row.updated_at,
         )
 
     @strawberry.field
     async def owner(self, info: Info) -> User:
-        return await existing_user(info, int(self.row["user_id"]))
+        return await existing_user(info, self.row.user_id)
 
     @strawberry.field
     def schedule(self) -> Schedule | None:
-        return schedule_from_json(self.row["schedule"])
+        return schedule_from_json(self.row.schedule)
 
     @strawberry.field
     def model(self, info: Info) -> AgentModel | None:
@@ -202,20 +202,19 @@ class Agent:
         return awaited_later(self._load_model(info))
 
     async def _load_model(self, info: Info) -> AgentModel | None:
-        if self.row["model_id"] is None:
+        if self.row.model_id is None:
             return None
-        row = await info.context.loaders.model.load(int(self.row["model_id"]))
+        row = await info.context.loaders.model.load(self.row.model_id)
         return AgentModel.from_row(row) if row else None
 
     @strawberry.field
     def status(self) -> AgentStatus:
-        status = gate.agent_status(**_gate(self.row), has_schedule=self.row["schedule"] is not None)
+        status = gate.agent_status(**_gate(self.row), has_schedule=self.row.schedule is not None)
         return AgentStatus(status)
 
     @described(description="Why an admin paused it (null when not paused or no note was given).")
     def admin_pause_note(self) -> str | None:
-        note: str | None = self.row.get("admin_pause_note")
-        return note
+        return self.row.admin_pause_note
 
     @described(
         description=(
@@ -235,11 +234,11 @@ class Agent:
     async def upcoming_run_times(self, info: Info, limit: int = 5) -> list[datetime]:
         if not 0 <= limit <= MAX_UPCOMING_RUN_TIMES:
             raise BadUserInput("limit", f"must be between 0 and {MAX_UPCOMING_RUN_TIMES}")
-        first: datetime | None = self.row["next_run_at"]
-        schedule = parse_schedule(self.row["schedule"])
+        first = self.row.next_run_at
+        schedule = parse_schedule(self.row.schedule)
         if limit == 0 or first is None or schedule is None or not self.can_start():
             return []
-        zone = await owner_zone(info, int(self.row["user_id"]))
+        zone = await owner_zone(info, self.row.user_id)
         following = next_slots(schedule, after=first, zone=zone, count=limit - 1, anchor=first)
         return [first, *following][:limit]
 
@@ -259,7 +258,7 @@ class Agent:
         return awaited_later(self._load_tools(info))
 
     async def _load_tools(self, info: Info) -> list[Tool]:
-        rows = await info.context.loaders.tools_of_agent.load(int(self.row["id"]))
+        rows = await info.context.loaders.tools_of_agent.load(self.row.id)
         return [Tool.from_row(r) for r in rows]
 
     @described(description="The unfinished (queued or running) run, if any.")
@@ -283,14 +282,14 @@ class Agent:
         )
     )
     async def expected_tokens_per_run(self, info: Info) -> int | None:
-        return await info.context.loaders.expected_tokens.load(int(self.row["id"]))
+        return await info.context.loaders.expected_tokens.load(self.row.id)
 
-    async def _load_run(self, loader: DataLoader[int, Row | None]) -> Run | None:
-        row = await loader.load(int(self.row["id"]))
+    async def _load_run(self, loader: DataLoader[int, RunRow | None]) -> Run | None:
+        row = await loader.load(self.row.id)
         return self._run(row) if row else None
 
-    def _run(self, row: Row) -> Run:
-        return Run.from_row(row, owner_id=int(self.row["user_id"]))
+    def _run(self, row: RunRow) -> Run:
+        return Run.from_row(row, owner_id=self.row.user_id)
 
     @described(
         description=(
@@ -299,7 +298,7 @@ class Agent:
         )
     )
     async def delivery_targets(self, info: Info) -> list[DeliveryTarget]:
-        rows = await info.context.loaders.targets_of_agent.load(int(self.row["id"]))
+        rows = await info.context.loaders.targets_of_agent.load(self.row.id)
         admin = viewer_is_admin(info)
         return [DeliveryTarget.from_row(r, admin=admin) for r in rows]
 
@@ -313,13 +312,13 @@ class Agent:
     ) -> RunConnection:
         size = page_size(first)
         key = (
-            int(self.row["id"]),
+            self.row.id,
             size + 1,  # one more tells hasNextPage
             decode_cursor("run", after),
             tuple(sorted({s.value for s in states})) if states is not None else None,
         )
         rows = await info.context.loaders.run_page.load(key)
-        owner_id = int(self.row["user_id"])
+        owner_id = self.row.user_id
         return RunConnection.from_rows(
             rows, size, kind="run", node=lambda row: Run.from_row(row, owner_id=owner_id)
         )

@@ -7,10 +7,10 @@ from datetime import datetime
 import strawberry
 from strawberry.scalars import JSON
 
-from agent_engine.agents.audit import AuditRow
 from agent_engine.api.pagination import Connection
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.types.users import User, user_or_none
+from agent_engine.db.audit import AuditRow
 
 
 @strawberry.type

@@ -9,10 +9,10 @@ import strawberry
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
 from agent_engine.api.types.users import User, existing_user, owner_zone
+from agent_engine.db import alerts as alert_rows
+from agent_engine.db.spend import OwnerSpend as OwnerSpendValue
 from agent_engine.domain.budget import Budget as BudgetValue
 from agent_engine.domain.forecast import forecast_budget
-from agent_engine.runs import alerts as alert_rows
-from agent_engine.runs.spend import OwnerSpend as OwnerSpendValue
 from agent_engine.runs.spend import agent_paces
 
 
@@ -58,9 +58,9 @@ class Budget:
         agents = [
             row
             for row in await loaders.agents_of_owner.load(self.owner_id)
-            if row["next_run_at"] is not None
+            if row.next_run_at is not None
         ]
-        ids = [int(row["id"]) for row in agents]
+        ids = [row.id for row in agents]
         expected = dict(zip(ids, await loaders.expected_tokens.load_many(ids), strict=True))
         zone = await owner_zone(info, self.owner_id)
         value = forecast_budget(

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import strawberry
 
-from agent_engine.api.loaders import Row
 from agent_engine.api.resolvers import Info, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
+from agent_engine.db.catalog import AgentModelRow, ToolRow
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
 
 
 @strawberry.type
 class AgentModel:
-    row: strawberry.Private[Row]
+    row: strawberry.Private[AgentModelRow]
     id: strawberry.ID
     name: str
     provider: str = strawberry.field(description="openai | builtin")
@@ -37,17 +35,17 @@ class AgentModel:
     )
 
     @classmethod
-    def from_row(cls, row: Row) -> AgentModel:
+    def from_row(cls, row: AgentModelRow) -> AgentModel:
         return cls(
             row=row,
-            id=strawberry.ID(str(row["id"])),
-            name=row["name"],
-            provider=row["provider"],
-            model=row["model"],
-            is_default=row["is_default"],
-            max_concurrent_runs=row.get("max_concurrent_runs"),
-            input_price_per_million=decimal_text_or_none(row.get("input_price_per_million")),
-            output_price_per_million=decimal_text_or_none(row.get("output_price_per_million")),
+            id=strawberry.ID(str(row.id)),
+            name=row.name,
+            provider=row.provider,
+            model=row.model,
+            is_default=row.is_default,
+            max_concurrent_runs=row.max_concurrent_runs,
+            input_price_per_million=decimal_text_or_none(row.input_price_per_million),
+            output_price_per_million=decimal_text_or_none(row.output_price_per_million),
         )
 
     # Where a model lives and which variable holds its key are the operator's business.
@@ -58,7 +56,7 @@ class AgentModel:
         )
     )
     def base_url(self, info: Info) -> str | None:
-        return cast(str | None, self.row["base_url"]) if viewer_is_admin(info) else None
+        return self.row.base_url if viewer_is_admin(info) else None
 
     @described(
         description=(
@@ -67,7 +65,7 @@ class AgentModel:
         )
     )
     def api_key_env(self, info: Info) -> str | None:
-        return cast(str | None, self.row["api_key_env"]) if viewer_is_admin(info) else None
+        return self.row.api_key_env if viewer_is_admin(info) else None
 
 
 @strawberry.type
@@ -78,12 +76,12 @@ class Tool:
     agents_allowed: bool
 
     @classmethod
-    def from_row(cls, row: Row) -> Tool:
+    def from_row(cls, row: ToolRow) -> Tool:
         return cls(
-            id=strawberry.ID(str(row["id"])),
-            name=row["name"],
-            description=row["description"],
-            agents_allowed=row["agents_allowed"],
+            id=strawberry.ID(str(row.id)),
+            name=row.name,
+            description=row.description,
+            agents_allowed=row.agents_allowed,
         )
 
 

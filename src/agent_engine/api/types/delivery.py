@@ -6,7 +6,7 @@ from datetime import datetime
 
 import strawberry
 
-from agent_engine.api.loaders import Row
+from agent_engine.db.deliveries import DeliveryTargetRow, RunDeliveryRow
 from agent_engine.domain.delivery import DeliveryStatus
 
 
@@ -29,13 +29,13 @@ class DeliveryTarget:
     enabled: bool
 
     @classmethod
-    def from_row(cls, row: Row, *, admin: bool) -> DeliveryTarget:
+    def from_row(cls, row: DeliveryTargetRow, *, admin: bool) -> DeliveryTarget:
         return cls(
-            id=strawberry.ID(str(row["id"])),
-            name=row["name"],
-            url=row["url"] if admin else None,
-            secret_env=row["secret_env"] if admin else None,
-            enabled=row["enabled"],
+            id=strawberry.ID(str(row.id)),
+            name=row.name,
+            url=row.url if admin else None,
+            secret_env=row.secret_env if admin else None,
+            enabled=row.enabled,
         )
 
 
@@ -60,22 +60,15 @@ class Delivery:
     )
 
     @classmethod
-    def from_row(cls, row: Row, *, admin: bool) -> Delivery:
-        """A row of `run_deliveries` joined with its target's columns as `target_*`."""
-        target = {
-            "id": row["target_id"],
-            "name": row["target_name"],
-            "url": row["target_url"],
-            "secret_env": row["target_secret_env"],
-            "enabled": row["target_enabled"],
-        }
+    def from_row(cls, row: RunDeliveryRow, *, admin: bool) -> Delivery:
+        status = DeliveryStatus(row.status)
         return cls(
-            target=DeliveryTarget.from_row(target, admin=admin),
-            status=DeliveryStatus(row["status"]),
-            webhook_id=row["webhook_id"],
-            attempts=int(row["attempts"]),
-            last_status_code=row["last_status_code"],
-            last_error=row["last_error"],
-            delivered_at=row["delivered_at"],
-            next_attempt_at=row["next_attempt_at"] if row["status"] == "pending" else None,
+            target=DeliveryTarget.from_row(row.target, admin=admin),
+            status=status,
+            webhook_id=row.webhook_id,
+            attempts=row.attempts,
+            last_status_code=row.last_status_code,
+            last_error=row.last_error,
+            delivered_at=row.delivered_at,
+            next_attempt_at=row.next_attempt_at if status is DeliveryStatus.PENDING else None,
         )

@@ -7,8 +7,9 @@ from datetime import datetime
 import strawberry
 from strawberry.scalars import JSON
 
-from agent_engine.api.loaders import Row
 from agent_engine.api.resolvers import Info
+from agent_engine.db.run_steps import StepRow
+from agent_engine.db.runs import RunRow
 from agent_engine.domain.runs import RunStepKind
 
 
@@ -35,27 +36,27 @@ class RunStep:
     finished_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Row, *, owner_view: bool) -> RunStep:
+    def from_row(cls, row: StepRow, *, owner_view: bool) -> RunStep:
         """`owner_view`: the viewer owns the run; inputs and outputs were read with the owner's
         access and are the owner's alone."""
         return cls(
-            index=int(row["index"]),
-            kind=RunStepKind(row["kind"]),
-            name=row["name"],
-            input=row["input"] if owner_view else None,
-            output=row["output"] if owner_view else None,
-            error=row["error"],
-            prompt_tokens=row["prompt_tokens"],
-            completion_tokens=row["completion_tokens"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
+            index=row.index,
+            kind=RunStepKind(row.kind),
+            name=row.name,
+            input=row.input if owner_view else None,
+            output=row.output if owner_view else None,
+            error=row.error,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
         )
 
 
-async def viewer_owns_run(info: Info, run_row: Row) -> bool:
+async def viewer_owns_run(info: Info, run_row: RunRow) -> bool:
     """Whether the viewer is the owner of the run's agent (batched through the agent loader)."""
     viewer = info.context.viewer
     if viewer is None:
         return False
-    agent = await info.context.loaders.agent.load(int(run_row["agent_id"]))
-    return agent is not None and int(agent["user_id"]) == viewer.user_id
+    agent = await info.context.loaders.agent.load(run_row.agent_id)
+    return agent is not None and agent.user_id == viewer.user_id

@@ -30,14 +30,14 @@ class Viewer:
             return [Agent.from_row(r) for r in rows]
         # The whole page's relations at once, one statement each, so the per-agent fields need
         # no awaiting (see `awaited_later`).
-        ids = [int(r["id"]) for r in rows]
-        model_ids = sorted({int(r["model_id"]) for r in rows if r["model_id"] is not None})
+        ids = [r.id for r in rows]
+        model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
         found = await loaders.page_relations(ids, model_ids)
         return [
             Agent.from_row(
                 row,
                 AgentRelations(
-                    model=found.models.get(row["model_id"]),
+                    model=found.models.get(row.model_id) if row.model_id is not None else None,
                     tools=found.tools[agent_id],
                     active_run=found.active_runs.get(agent_id),
                     last_run=found.last_runs.get(agent_id),
