@@ -19,7 +19,8 @@ from agent_engine.agents.errors import Contended, Missing
 from agent_engine.agents.zones import reslot_calendar_agents_without_owner_zone
 from agent_engine.db import agents as agents_db
 from agent_engine.db import catalog, platform, users
-from agent_engine.db.platform import write_platform_setting, zone_or_utc
+from agent_engine.db.platform import write_platform_setting
+from agent_engine.domain.zones import zone_or_utc
 
 # GraphQL-side names of the platform settings → their keys in platform_settings.
 SETTING_KEYS = {
@@ -131,7 +132,7 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
     return len(switched_off)
 
 
-async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> dict[str, Any]:
+async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int) -> users.UserRow:
     """Let the user sign in again; returns the users row. Their agents stay switched off: only
     the owner turns them back on (the seed's life cycle). Audited as `user.reactivated` by
     `actor_id`, in this transaction.
@@ -144,7 +145,7 @@ async def reactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
         actor_id,
         AuditAction.USER_REACTIVATED,
         user_id=user_id,
-        details={"email": row["email"]},
+        details={"email": row.email},
     )
     return row
 

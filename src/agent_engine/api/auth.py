@@ -26,8 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
-from agent_engine.db.platform import load_platform_settings, zone_or_utc
+from agent_engine.db.platform import load_platform_settings
 from agent_engine.db.users import UserRow, upsert_user
+from agent_engine.domain.zones import zone_or_utc
 from agent_engine.settings import Settings
 
 ADMIN_ROLE = "agent_admin"
@@ -266,8 +267,8 @@ async def _write_user(conn: AsyncConnection, claims: Claims, *, now: datetime) -
         and user.timezone is not None
         and user.timezone != upserted.previous_timezone
     ):
-        before = upserted.previous_timezone or (await load_platform_settings(conn)).timezone
-        if zone_or_utc(before) != zone_or_utc(user.timezone):
+        before = (await load_platform_settings(conn)).zone_of(upserted.previous_timezone)
+        if before != zone_or_utc(user.timezone):
             await reslot_owner_calendar_agents(
                 conn, user.id, zone=zone_or_utc(user.timezone), now=now
             )

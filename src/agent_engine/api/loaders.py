@@ -20,13 +20,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
 from agent_engine.db import agents as agents_db
 from agent_engine.db import catalog, deliveries, run_steps
 from agent_engine.db import runs as runs_db
+from agent_engine.db import users as users_db
 from agent_engine.db.agents import AgentRow
 from agent_engine.db.alerts import BudgetAlert, alerts_of_owners
 from agent_engine.db.catalog import AgentModelRow, ToolRow
@@ -35,17 +35,14 @@ from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.db.spend import recent_tokens, spent_costs
+from agent_engine.db.users import UserRow
 from agent_engine.domain.budget import Budget, week_window
 from agent_engine.domain.forecast import expected_tokens_per_run
 from agent_engine.runs.budget import owners_budgets
 
-# A `users` row, still a dict: `db.users` has no row type or batch read yet.
-Row = dict[str, Any]
-
 T = TypeVar("T")
 Fetch = Callable[[AsyncConnection, Sequence[int]], Awaitable[list[T]]]
 
-_USERS_BY_ID = text("SELECT * FROM users WHERE id = ANY(CAST(:ids AS bigint[]))")
 
 # (agent id, rows to fetch, keyset cursor, states filter)
 RunPageKey = tuple[int, int, int | None, tuple[str, ...] | None]
@@ -53,10 +50,6 @@ RunPageKey = tuple[int, int, int | None, tuple[str, ...] | None]
 
 # Long enough to bridge the event-loop turns between one level of resolvers and the next.
 CONNECTION_LINGER_SECONDS = 0.01
-
-
-async def _users_by_id(conn: AsyncConnection, ids: Sequence[int]) -> list[Row]:
-    return [dict(row) for row in (await conn.execute(_USERS_BY_ID, {"ids": list(ids)})).mappings()]
 
 
 @dataclass(frozen=True)
@@ -82,8 +75,8 @@ class Loaders:
         self.agent: DataLoader[int, AgentRow | None] = self._by_key(
             agents_db.live_agents_by_id, lambda row: row.id
         )
-        self.user: DataLoader[int, Row | None] = self._by_key(
-            _users_by_id, lambda row: int(row["id"])
+        self.user: DataLoader[int, UserRow | None] = self._by_key(
+            users_db.users_by_id, lambda row: row.id
         )
         self.model: DataLoader[int, AgentModelRow | None] = self._by_key(
             catalog.models_by_id, lambda row: row.id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -16,6 +16,7 @@ from agent_engine.domain.budget import (
     parse_alert_percents,
 )
 from agent_engine.domain.money import DEFAULT_CURRENCY, MoneyError, parse_currency
+from agent_engine.domain.zones import DEFAULT_TIMEZONE, user_zone_name, zone_or_utc
 
 WEEKLY_TOKEN_CAP = "agent_weekly_token_cap"
 TIMEZONE = "timezone"
@@ -25,7 +26,6 @@ CURRENCY = "currency"
 BUDGET_ALERT_PERCENTS = "agent_budget_alert_percents"
 RUN_RETENTION_DAYS = "agent_run_retention_days"
 
-DEFAULT_TIMEZONE = "UTC"
 DEFAULT_ITERATION_CAP = 8
 
 
@@ -42,6 +42,10 @@ class PlatformSettings:
     @property
     def zone(self) -> ZoneInfo:
         return zone_or_utc(self.timezone)
+
+    def zone_of(self, user_zone: str | None) -> ZoneInfo:
+        """The zone of a user with this stored zone (None: none of their own)."""
+        return zone_or_utc(user_zone_name(user_zone, self.timezone))
 
     @classmethod
     def from_rows(cls, values: dict[str, Any]) -> PlatformSettings:
@@ -75,14 +79,6 @@ def _stored_alert_percents(value: Any) -> tuple[int, ...]:
         return parse_alert_percents(value)
     except AlertPercentsError:
         return DEFAULT_ALERT_PERCENTS
-
-
-def zone_or_utc(name: str | None) -> ZoneInfo:
-    """A zone from a stored name; an unknown name falls back to UTC rather than failing a run."""
-    try:
-        return ZoneInfo(name or DEFAULT_TIMEZONE)
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo(DEFAULT_TIMEZONE)
 
 
 SELECT_SETTINGS = text("SELECT key, value FROM platform_settings")

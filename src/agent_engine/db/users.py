@@ -11,11 +11,12 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.db.platform import load_platform_settings, zone_or_utc
+from agent_engine.db.platform import load_platform_settings
 
 OWNER_TIMEZONE = text("SELECT timezone FROM users WHERE id = :id")
 # A row lock on the owner, compatible with the FK checks of agent inserts.
 LOCK_OWNER_FOR_CREATE = text("SELECT 1 FROM users WHERE id = :id FOR NO KEY UPDATE")
+USERS_BY_ID = text("SELECT * FROM users WHERE id = ANY(CAST(:ids AS bigint[]))")
 DEACTIVATE = text("UPDATE users SET is_active = false WHERE id = :id RETURNING id")
 REACTIVATE = text("UPDATE users SET is_active = true WHERE id = :id RETURNING *")
 ENSURE_USER = text(
@@ -27,9 +28,7 @@ ENSURE_USER = text(
 async def owner_zone(conn: AsyncConnection, owner_id: int) -> ZoneInfo:
     """The owner's zone, else the organisation's: calendar slots are wall-clock there."""
     timezone = (await conn.execute(OWNER_TIMEZONE, {"id": owner_id})).scalar_one_or_none()
-    if timezone:
-        return zone_or_utc(timezone)
-    return (await load_platform_settings(conn)).zone
+    return (await load_platform_settings(conn)).zone_of(timezone)
 
 
 async def lock_owner_for_create(conn: AsyncConnection, owner_id: int) -> None:
@@ -42,10 +41,10 @@ async def deactivate(conn: AsyncConnection, user_id: int) -> bool:
     return (await conn.execute(DEACTIVATE, {"id": user_id})).scalar_one_or_none() is not None
 
 
-async def reactivate(conn: AsyncConnection, user_id: int) -> dict[str, Any] | None:
+async def reactivate(conn: AsyncConnection, user_id: int) -> UserRow | None:
     """Mark the user active; the users row, or None when there is no such user."""
-    row = (await conn.execute(REACTIVATE, {"id": user_id})).mappings().one_or_none()
-    return None if row is None else dict(row)
+    row = (await conn.execute(REACTIVATE, {"id": user_id})).one_or_none()
+    return None if row is None else UserRow.from_row(row)
 
 
 async def ensure_user(
@@ -96,7 +95,7 @@ INACTIVE_USERS = text(
 
 @dataclass(frozen=True, slots=True)
 class UserRow:
-    """What sign-in reads of a user."""
+    """A user as the engine reads it (sign-in, the API's user loader)."""
 
     id: int
     email: str | None
@@ -161,3 +160,7 @@ async def inactive_users(conn: AsyncConnection, user_ids: Sequence[int]) -> list
         int(user_id)
         for user_id in (await conn.execute(INACTIVE_USERS, {"ids": list(user_ids)})).scalars()
     ]
+
+
+async def users_by_id(conn: AsyncConnection, ids: Sequence[int]) -> list[UserRow]:
+    return [UserRow.from_row(row) for row in await conn.execute(USERS_BY_ID, {"ids": list(ids)})]

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import runs as runs_sql
-from agent_engine.db.platform import PlatformSettings, load_platform_settings, zone_or_utc
+from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.domain.schedule import (
     Schedule,
@@ -106,9 +106,7 @@ async def _advance_slots(
     for agent in due:
         zone = zones.get(agent.owner_timezone)
         if zone is None:
-            zone = zones[agent.owner_timezone] = (
-                zone_or_utc(agent.owner_timezone) if agent.owner_timezone else platform.zone
-            )
+            zone = zones[agent.owner_timezone] = platform.zone_of(agent.owner_timezone)
         next_run_ats.append(_next_slot(agent, schedules, now=now, zone=zone))
     await conn.execute(
         runs_sql.ADVANCE_SLOTS,

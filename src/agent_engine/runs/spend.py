@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import spend as spend_sql
-from agent_engine.db.platform import PlatformSettings, load_platform_settings, zone_or_utc
+from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.domain.forecast import (
     AgentPace,
     BudgetForecast,
@@ -96,6 +96,6 @@ async def owner_forecast(
     budget = (await owners_budgets(conn, [owner_id], now=now, platform=platform))[owner_id]
     rows = (await conn.execute(spend_sql.SCHEDULED_AGENTS_OF_OWNER, {"owner_id": owner_id})).all()
     owner_zone = rows[0].owner_timezone if rows else None
-    zone = zone_or_utc(owner_zone) if owner_zone else platform.zone
+    zone = platform.zone_of(owner_zone)
     expected = {int(r.id): expected_tokens_per_run(r.recent_tokens) for r in rows}
     return forecast_budget(budget, agent_paces(rows, expected, zone=zone), now=now)

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import PlatformSettings
+from agent_engine.domain.zones import user_zone_name
 from agent_engine.runtime.tools.registry import optional_tools
 
 
@@ -55,7 +56,7 @@ def run_context_from_row(row: Any, *, platform: PlatformSettings) -> RunContext 
         run_id=row.run_id,
         agent_id=row.agent_id,
         owner_id=row.owner_id,
-        owner_timezone=row.owner_timezone or platform.timezone,
+        owner_timezone=user_zone_name(row.owner_timezone, platform.timezone),
         prompt=row.prompt,
         model=ModelSpec(
             provider=row.provider,

@@ -6,9 +6,9 @@ from zoneinfo import ZoneInfo
 
 import strawberry
 
-from agent_engine.api.loaders import Row
 from agent_engine.api.resolvers import Info
-from agent_engine.db.platform import zone_or_utc
+from agent_engine.db.users import UserRow
+from agent_engine.domain.zones import user_zone_name, zone_or_utc
 
 
 @strawberry.type
@@ -22,25 +22,26 @@ class User:
     )
 
     @classmethod
-    def from_row(cls, row: Row, *, timezone: str) -> User:
+    def from_row(cls, row: UserRow, *, timezone: str) -> User:
         """`timezone`: the user's zone as `zone_name` resolves it."""
         return cls(
-            id=strawberry.ID(str(row["id"])),
-            email=row["email"],
-            display_name=row["display_name"],
+            id=strawberry.ID(str(row.id)),
+            email=row.email,
+            display_name=row.display_name,
             timezone=timezone,
-            active=bool(row["is_active"]),
+            active=row.is_active,
         )
 
 
-async def zone_name(info: Info, row: Row | None) -> str:
+async def zone_name(info: Info, row: UserRow | None) -> str:
     """The user's zone, else the platform's: their calendar schedules and budget weeks are in it."""
-    if row is not None and row["timezone"]:
-        return str(row["timezone"])
-    return (await info.context.loaders.platform()).timezone
+    own = row.timezone if row is not None else None
+    if own:  # the platform's settings are not needed (nor read)
+        return own
+    return user_zone_name(own, (await info.context.loaders.platform()).timezone)
 
 
-async def shown_user(info: Info, row: Row) -> User:
+async def shown_user(info: Info, row: UserRow) -> User:
     return User.from_row(row, timezone=await zone_name(info, row))
 
 

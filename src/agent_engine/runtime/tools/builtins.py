@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_engine.db import runs as runs_sql
-from agent_engine.db.platform import zone_or_utc
+from agent_engine.domain.zones import zone_or_utc
 from agent_engine.runtime.tools.calculator import CalculatorError, evaluate, format_number
 from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
 
