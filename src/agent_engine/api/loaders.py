@@ -108,7 +108,7 @@ class Loaders:
         self.run_page: DataLoader[RunPageKey, list[RunRow]] = DataLoader(
             load_fn=self._load_run_pages
         )
-        # Spend (issue 17): the week's cost per owner, each agent's pace, this week's alerts.
+        # Spend: the week's cost per owner, each agent's pace, this week's alerts.
         self.budget_cost: DataLoader[int, Decimal | None] = DataLoader(
             load_fn=self._load_budget_costs
         )
