@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlsplit
 
+from agent_engine.domain.providers import Provider
 from agent_engine.domain.retention import MAX_RETENTION_DAYS, MIN_RETENTION_DAYS
 
-PROVIDERS = ("openai", "builtin")
 MAX_CONCURRENT_RUNS = 10_000
 MAX_ITERATION_CAP = 100
 MAX_WEEKLY_TOKEN_CAP = 2**62
@@ -21,8 +21,8 @@ _SECRET_QUERY_NAME = re.compile(r"key|token|secret|passw|signature|credential|^s
 
 
 def provider_problem(provider: str) -> str | None:
-    if provider not in PROVIDERS:
-        return f"must be one of {', '.join(PROVIDERS)}"
+    if provider not in set(Provider):
+        return f"must be one of {', '.join(Provider)}"
     return None
 
 

@@ -112,7 +112,7 @@ FIRST_BUILTIN_MODEL = text(
 )
 ANY_DEFAULT_MODEL = text("SELECT 1 FROM agent_models WHERE is_default")
 
-# Price columns of agent_models by their GraphQL-side names.
+# The price columns `set_model_prices` may write: its statement is built from these names only.
 PRICE_COLUMNS = {
     "input_price_per_million": "input_price_per_million",
     "output_price_per_million": "output_price_per_million",
