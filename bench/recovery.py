@@ -87,13 +87,13 @@ async def run(bench: Bench) -> ScenarioResult:
         async def beating() -> bool:
             row = await conn.fetchrow(
                 "SELECT state, started_at, heartbeat_at FROM agent_runs WHERE id = $1",
-                doomed["id"],
+                doomed.id,
             )
             return bool(row["state"] == "running" and row["heartbeat_at"] > row["started_at"])
 
         await eventually(beating, within=60, what="the run to be mid-flight", poll=0.05)
         last_beat = await conn.fetchval(
-            "SELECT heartbeat_at FROM agent_runs WHERE id = $1", doomed["id"]
+            "SELECT heartbeat_at FROM agent_runs WHERE id = $1", doomed.id
         )
         killed_at = time.time()
         victim.kill()
@@ -104,7 +104,7 @@ async def run(bench: Bench) -> ScenarioResult:
         async def failed() -> asyncpg.Record | None:
             row = await conn.fetchrow(
                 "SELECT state, reason, finished_at, heartbeat_at FROM agent_runs WHERE id = $1",
-                doomed["id"],
+                doomed.id,
             )
             return row if row["state"] != "running" else None
 
@@ -147,8 +147,8 @@ async def run(bench: Bench) -> ScenarioResult:
             baseline=bound,
             baseline_label="STALE_AFTER + reap tick",
             target=f"≤ {issue_bound:g} s",
-            ok=again["state"] == "queued" and to_start <= issue_bound,
-            note=f"new run state: {again['state']}; ratio to STALE_AFTER + 30 s = "
+            ok=again.state == "queued" and to_start <= issue_bound,
+            note=f"new run state: {again.state}; ratio to STALE_AFTER + 30 s = "
             f"{to_start / issue_bound:.2f}",
         ),
     )
@@ -159,7 +159,7 @@ async def run(bench: Bench) -> ScenarioResult:
         "kill_to_failed_s": to_failed,
         "kill_to_restart_s": to_start,
         "seconds_since_heartbeat_at_kill": killed_at - last_beat.timestamp(),
-        "new_run_state": again["state"],
+        "new_run_state": again.state,
     }
     await bench.drop_database(url)
     return result

@@ -161,9 +161,9 @@ async def engine_phase(
                 now=datetime.now(UTC),
                 enqueue=enqueue_execute,
             )
-            run_ids.append(int(row["id"]))
+            run_ids.append(row.id)
 
-            async def finished(run_id: int = int(row["id"])) -> bool:
+            async def finished(run_id: int = row.id) -> bool:
                 state = await conn.fetchval("SELECT state FROM agent_runs WHERE id = $1", run_id)
                 return state not in ("queued", "running")
 

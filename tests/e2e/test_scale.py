@@ -96,8 +96,8 @@ async def request_all(engine: AsyncEngine, agent_ids: list[int]) -> list[int]:
             now=datetime.now(UTC),
             enqueue=enqueue_execute,
         )
-        assert row["state"] == "queued"
-        run_ids.append(int(row["id"]))
+        assert row.state == "queued"
+        run_ids.append(row.id)
     return run_ids
 
 

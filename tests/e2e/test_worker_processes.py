@@ -58,7 +58,7 @@ async def test_sigkilled_worker_run_goes_stale_and_the_agent_runs_again(
         )
 
         async def beating() -> bool:
-            row = await run_row(engine, doomed["id"])
+            row = await run_row(engine, doomed.id)
             return bool(row["state"] == "running" and row["heartbeat_at"] > row["started_at"])
 
         await eventually(beating, what="the run to be mid-flight")
@@ -67,7 +67,7 @@ async def test_sigkilled_worker_run_goes_stale_and_the_agent_runs_again(
 
     with processes([WORKER, CLOCK], env=env, log_dir=tmp_path) as survivors:
         reaped = await eventually(
-            lambda: _row_in_state(engine, doomed["id"], "failed"),
+            lambda: _row_in_state(engine, doomed.id, "failed"),
             within=settings.stale_after_seconds + 15,
             what="the reaper to fail the silent run",
         )
@@ -75,9 +75,9 @@ async def test_sigkilled_worker_run_goes_stale_and_the_agent_runs_again(
         again = await request_run(
             engine, agent["id"], trigger=RunTrigger.MANUAL, now=now(), enqueue=enqueue_execute
         )
-        assert again["state"] == "queued"
+        assert again.state == "queued"
         done = await eventually(
-            lambda: _row_in_state(engine, again["id"], "succeeded"), what="the next run"
+            lambda: _row_in_state(engine, again.id, "succeeded"), what="the next run"
         )
         assert done["output"] == "ok"
     assert [p.returncode for p in survivors] == [0, 0]  # SIGTERM stops them cleanly

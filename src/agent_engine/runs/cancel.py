@@ -60,21 +60,20 @@ async def cancel_run(
     error: str,
     audited_actor_id: int | None = None,
     owner_id: int | None = None,
-) -> dict[str, Any]:
+) -> runs_sql.RunRow:
     """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit.
     Returns the cancelled run's row. `audited_actor_id`: an admin cancelling another owner's run,
     recorded in the audit log in the same transaction."""
     async with engine.begin() as conn:
-        row = (
-            (await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "now": now, "error": error}))
-            .mappings()
-            .one_or_none()
-        )
-        if row is None:
+        found = (
+            await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "now": now, "error": error})
+        ).one_or_none()
+        if found is None:
             state = (await conn.execute(runs_sql.STATE_OF, {"run_id": run_id})).scalar()
             if state is None:
                 raise RunMissing(run_id)
             raise RunFinished(run_id, str(state))
+        row = runs_sql.RunRow.from_row(found)
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
         await conn.execute(runs_sql.NOTIFY, {"channel": CHANNEL, "payload": str(run_id)})
@@ -83,11 +82,11 @@ async def cancel_run(
                 conn,
                 audited_actor_id,
                 audit.AuditAction.RUN_CANCELLED,
-                agent_id=int(row["agent_id"]),
+                agent_id=row.agent_id,
                 user_id=owner_id,
-                details={"runId": str(run_id), "state": str(row["state"]), "error": error},
+                details={"runId": str(run_id), "state": row.state, "error": error},
             )
-    return dict(row)
+    return row
 
 
 class CancelWatcher:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,12 +23,12 @@ async def insert_requested_runs(
     trigger: RunTrigger,
     now: datetime,
     budget_spent: Collection[int] = (),
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, runs_sql.RunRow]:
     """One journal row per agent: `queued`, or `skipped` with the reason. Keyed by agent id.
 
     `budget_spent` holds the agents whose owner's weekly budget is spent. Agents must be distinct.
     """
-    rows: dict[int, dict[str, Any]] = {}
+    rows: dict[int, runs_sql.RunRow] = {}
     candidates = sorted(a for a in agent_ids if a not in budget_spent)
     if candidates:
         result = await conn.execute(
@@ -37,8 +36,8 @@ async def insert_requested_runs(
             {"agent_ids": candidates, "trigger": str(trigger), "now": now},
         )
         for row in result:
-            mapping = dict(row._mapping)
-            rows[int(mapping["agent_id"])] = mapping
+            run = runs_sql.RunRow.from_row(row)
+            rows[run.agent_id] = run
     skipped: list[tuple[int, str]] = [
         (a, str(RunReason.BUDGET_EXCEEDED)) for a in agent_ids if a in budget_spent
     ]
@@ -54,6 +53,6 @@ async def insert_requested_runs(
             },
         )
         for row in result:
-            mapping = dict(row._mapping)
-            rows[int(mapping["agent_id"])] = mapping
+            run = runs_sql.RunRow.from_row(row)
+            rows[run.agent_id] = run
     return rows

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -52,7 +51,7 @@ async def request_run(
     now: datetime,
     enqueue: Enqueue,
     send_wait_seconds: float | None = None,
-) -> dict[str, Any]:
+) -> runs_sql.RunRow:
     """Request one run; returns the inserted `agent_runs` row (queued or skipped).
 
     `send_wait_seconds` bounds how long the caller waits for the broker to take the execute
@@ -85,8 +84,8 @@ async def request_run(
             raise AgentNotFound(agent_id) from exc
         raise
     row = rows[agent_id]
-    if row["state"] == RunState.QUEUED:
-        sending = asyncio.ensure_future(send_after_commit(enqueue, [int(row["id"])]))
+    if row.state == RunState.QUEUED:
+        sending = asyncio.ensure_future(send_after_commit(enqueue, [row.id]))
         _sends_in_flight.add(sending)
         sending.add_done_callback(_sends_in_flight.discard)
         try:
@@ -94,7 +93,7 @@ async def request_run(
         except TimeoutError:
             log.warning(
                 "the broker did not take run %s's message within %g s; the reaper re-sends it",
-                row["id"],
+                row.id,
                 send_wait_seconds,
             )
     return row

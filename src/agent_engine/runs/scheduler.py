@@ -89,7 +89,7 @@ async def _process_batch(
             budget_spent={d.agent_id for d in due if d.owner_id in spent_owners},
         )
         await _advance_slots(conn, due, now=now, platform=platform)
-    queued = [int(r["id"]) for r in rows.values() if r["state"] == RunState.QUEUED]
+    queued = [r.id for r in rows.values() if r.state == RunState.QUEUED]
     return len(due), queued
 
 

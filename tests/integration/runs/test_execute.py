@@ -35,8 +35,8 @@ async def queued_run(engine: AsyncEngine, agent_id: int) -> int:
     row = await request_run(
         engine, agent_id, trigger=RunTrigger.MANUAL, now=now(), enqueue=lambda _: None
     )
-    assert row["state"] == "queued"
-    return int(row["id"])
+    assert row.state == "queued"
+    return row.id
 
 
 async def test_queued_run_succeeds_with_output_and_tokens(

@@ -28,7 +28,7 @@ async def _request(engine: AsyncEngine, agent_id: int) -> int:
         now=datetime.now(UTC),
         enqueue=enqueue_execute,
     )
-    return int(row["id"])
+    return row.id
 
 
 async def _states(engine: AsyncEngine, run_ids: list[int]) -> dict[int, dict[str, object]]:

@@ -43,8 +43,8 @@ async def limited_model(factories: Factories, fake: FakeOpenAIServer, limit: int
 
 async def request(engine: AsyncEngine, agent_id: int, enqueue: Any = enqueue_execute) -> int:
     row = await request_run(engine, agent_id, trigger=RunTrigger.MANUAL, now=now(), enqueue=enqueue)
-    assert row["state"] == "queued"
-    return int(row["id"])
+    assert row.state == "queued"
+    return row.id
 
 
 async def test_a_model_limited_to_two_runs_two_at_a_time_oldest_first(

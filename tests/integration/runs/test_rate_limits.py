@@ -26,7 +26,7 @@ async def queued_run(engine: AsyncEngine, agent_id: int) -> int:
     row = await request_run(
         engine, agent_id, trigger=RunTrigger.MANUAL, now=datetime.now(UTC), enqueue=lambda _: None
     )
-    return int(row["id"])
+    return row.id
 
 
 async def test_429_five_times_with_retry_after_then_an_answer_succeeds_with_its_tokens_only(

@@ -102,8 +102,8 @@ async def test_reaped_run_releases_the_agent(engine: AsyncEngine, factories: Fac
         engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=lambda _: None
     )
 
-    assert (blocked["state"], blocked["reason"]) == ("skipped", "already_running")
-    assert after["state"] == "queued"
+    assert (blocked.state, blocked.reason) == ("skipped", "already_running")
+    assert after.state == "queued"
     async with engine.connect() as conn:
         reaped = (
             await conn.execute(text("SELECT * FROM agent_runs WHERE id = :r"), {"r": stuck["id"]})
@@ -134,7 +134,7 @@ async def test_a_busy_queue_gets_a_re_send_per_back_off_window_not_one_per_tick(
     run = await request_run(
         engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=enqueue_execute
     )
-    run_id = int(run["id"])
+    run_id = run.id
 
     async def tick(after: timedelta, reapers: int = 1) -> list[int]:
         results = await asyncio.gather(

@@ -38,12 +38,12 @@ async def test_queued_row_then_message_after_commit(
         engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=sent.append
     )
 
-    assert row["state"] == "queued"
-    assert row["trigger"] == "manual"
-    assert row["reason"] is None
-    assert row["created_at"] == NOW
-    assert sent == [row["id"]]
-    assert [r["id"] for r in await journal(engine, agent["id"])] == [row["id"]]
+    assert row.state == "queued"
+    assert row.trigger == "manual"
+    assert row.reason is None
+    assert row.created_at == NOW
+    assert sent == [row.id]
+    assert [r["id"] for r in await journal(engine, agent["id"])] == [row.id]
 
 
 @pytest.mark.parametrize(
@@ -90,11 +90,11 @@ async def test_fifty_simultaneous_starts_leave_one_unfinished_run(
         )
     )
 
-    states = sorted((r["state"], r["reason"]) for r in rows)
+    states = sorted((r.state, r.reason) for r in rows)
     assert states.count(("queued", None)) == 1
     assert states.count(("skipped", "already_running")) == 49
-    queued = next(r for r in rows if r["state"] == "queued")
-    assert sent == [queued["id"]]
+    queued = next(r for r in rows if r.state == "queued")
+    assert sent == [queued.id]
     stored = await journal(engine, agent["id"])
     assert len(stored) == 50
     for skipped in (r for r in stored if r["state"] == "skipped"):
@@ -111,7 +111,7 @@ async def test_a_finished_run_does_not_block_the_next(
 
     row = await request_run(engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=print)
 
-    assert row["state"] == "queued"
+    assert row.state == "queued"
 
 
 async def test_spent_budget_skips_until_next_week_counting_all_the_owners_agents(
@@ -149,13 +149,13 @@ async def test_spent_budget_skips_until_next_week_counting_all_the_owners_agents
         enqueue=sent.append,
     )
 
-    assert (refused["state"], refused["reason"]) == ("skipped", "budget_exceeded")
-    assert refused["tokens_used"] == 0
-    assert refused["started_at"] is None
-    assert refused["finished_at"] == NOW
-    assert other["state"] == "queued"
-    assert next_week["state"] == "queued"
-    assert sent == [other["id"], next_week["id"]]
+    assert (refused.state, refused.reason) == ("skipped", "budget_exceeded")
+    assert refused.tokens_used == 0
+    assert refused.started_at is None
+    assert refused.finished_at == NOW
+    assert other.state == "queued"
+    assert next_week.state == "queued"
+    assert sent == [other.id, next_week.id]
 
 
 async def test_budget_window_is_the_organisation_week(
@@ -202,5 +202,5 @@ async def test_a_failed_send_keeps_the_committed_run_for_the_reaper(
         engine, agent["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=broker_down
     )
 
-    assert row["state"] == "queued"
+    assert row.state == "queued"
     assert [r["state"] for r in await journal(engine, agent["id"])] == ["queued"]

@@ -151,7 +151,7 @@ async def test_manual_start_racing_a_scheduled_slot_leaves_one_unfinished_run(
         outcome = sorted((r["state"], r["reason"]) for r in journal)
         assert outcome == [("queued", None), ("skipped", "already_running")]
         assert len(sent) == 1
-        assert manual["id"] in {r["id"] for r in journal}
+        assert manual.id in {r["id"] for r in journal}
 
 
 async def test_concurrent_ticks_give_each_due_agent_exactly_one_row(

@@ -57,14 +57,14 @@ async def test_the_same_message_delivered_twice_executes_once(
     row = await request_run(
         engine, agent["id"], trigger=RunTrigger.MANUAL, now=now(), enqueue=enqueue_execute
     )
-    enqueue_execute(row["id"])
-    enqueue_execute(row["id"])
+    enqueue_execute(row.id)
+    enqueue_execute(row.id)
 
-    await eventually(lambda: _state_is(engine, row["id"], "succeeded"), what="the run to succeed")
+    await eventually(lambda: _state_is(engine, row.id, "succeeded"), what="the run to succeed")
     await asyncio.sleep(0.5)  # room for a wrong second execution to show up
 
     assert fake_openai.request_count == 1
-    assert (await run_row(engine, row["id"]))["output"] == "Once."
+    assert (await run_row(engine, row.id))["output"] == "Once."
 
 
 async def test_a_lost_message_is_resent_by_the_reaper(
@@ -82,13 +82,13 @@ async def test_a_lost_message_is_resent_by_the_reaper(
     started = start_worker(settings, threads=2)
     try:
         await asyncio.sleep(0.5)
-        assert (await run_row(engine, row["id"]))["state"] == "queued"
+        assert (await run_row(engine, row.id))["state"] == "queued"
         ticks = itertools.count()
 
         async def resent_and_done() -> bool:
             if next(ticks) % 10 == 0:
                 send_reap_tick()  # what the clock does every reap_tick_seconds
-            return await _state_is(engine, row["id"], "succeeded")
+            return await _state_is(engine, row.id, "succeeded")
 
         await eventually(resent_and_done, within=15, what="the re-sent run to succeed")
     finally:

@@ -10,7 +10,7 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.mutations.common import owned_agent
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Run
-from agent_engine.db.runs import RunRow, run_owner
+from agent_engine.db.runs import run_owner
 from agent_engine.domain.gate import AgentNotStartable
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.runs import cancel as run_cancel
@@ -44,7 +44,7 @@ class RunMutation:
             raise NotFound("agent", ident) from exc
         except AgentNotStartable as exc:
             raise StartRefused(exc) from exc
-        return Run.from_row(RunRow.from_row(row), owner_id=agent.user_id)
+        return Run.from_row(row, owner_id=agent.user_id)
 
     @described_mutation(
         description=(
@@ -77,4 +77,4 @@ class RunMutation:
             raise Conflict(
                 f"run {ident} already finished ({exc.state}): nothing to cancel"
             ) from exc
-        return Run.from_row(RunRow.from_row(row))
+        return Run.from_row(row)
