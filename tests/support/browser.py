@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -108,7 +110,9 @@ def keep_artifact(path: Path) -> None:
 @asynccontextmanager
 async def headless_chromium(*, width: int = 1400, height: int = 1000) -> AsyncIterator[Cdp]:
     chromium = require_chromium()
-    with tempfile.TemporaryDirectory(prefix="ae-chromium-") as profile:
+    # Chromium's helper processes may still write to the profile for a moment after the browser
+    # is gone: its whole session is killed below, and a straggling file does not fail the test.
+    with tempfile.TemporaryDirectory(prefix="ae-chromium-", ignore_cleanup_errors=True) as profile:
         process = await asyncio.create_subprocess_exec(
             chromium,
             "--headless=new",
@@ -125,6 +129,7 @@ async def headless_chromium(*, width: int = 1400, height: int = 1000) -> AsyncIt
             "about:blank",
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -148,3 +153,5 @@ async def headless_chromium(*, width: int = 1400, height: int = 1000) -> AsyncIt
             except TimeoutError:
                 process.kill()
                 await process.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # the renderer and other helpers
