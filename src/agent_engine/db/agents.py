@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db.rows import AnyRow, columns
 from agent_engine.domain.gate import AgentStatus
 
 
@@ -39,8 +40,8 @@ class AgentRow:
     deleted_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> AgentRow:
-        values = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> AgentRow:
+        values = columns(row)
         return cls(
             id=int(values["id"]),
             user_id=int(values["user_id"]),

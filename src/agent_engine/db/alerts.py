@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.rows import AnyRow, columns
 
 # The run's owner and the platform settings, in one read after the run's finish.
 OWNER_AND_SETTINGS_OF_RUN = text(
@@ -59,8 +60,8 @@ class BudgetAlert:
     crossed_at: datetime
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> BudgetAlert:
-        m = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> BudgetAlert:
+        m = columns(row)
         return cls(
             id=int(m["id"]),
             owner_id=int(m["owner_id"]),

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.rows import AnyRow, columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +25,8 @@ class AuditRow:
     details: Any
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping | Mapping[str, Any]) -> AuditRow:
-        values = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> AuditRow:
+        values = columns(row)
         return cls(
             id=int(values["id"]),
             at=values["at"],

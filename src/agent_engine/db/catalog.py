@@ -13,8 +13,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.rows import AnyRow, columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +36,8 @@ class AgentModelRow:
     output_price_per_million: Decimal | None
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> AgentModelRow:
-        values = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> AgentModelRow:
+        values = columns(row)
         return cls(
             id=int(values["id"]),
             name=values["name"],
@@ -62,8 +64,8 @@ class ToolRow:
     created_at: datetime
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> ToolRow:
-        values = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> ToolRow:
+        values = columns(row)
         return cls(
             id=int(values["id"]),
             name=values["name"],

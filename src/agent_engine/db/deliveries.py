@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.rows import AnyRow, columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +32,8 @@ class DeliveryTargetRow:
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> DeliveryTargetRow:
-        values = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> DeliveryTargetRow:
+        values = columns(row)
         return cls(
             id=int(values["id"]),
             name=values["name"],
@@ -55,8 +57,8 @@ class DeliveryRow:
     secret_env: str
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> DeliveryRow:
-        values = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> DeliveryRow:
+        values = columns(row)
         return cls(
             id=int(values["id"]),
             webhook_id=values["webhook_id"],

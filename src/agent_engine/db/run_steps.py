@@ -7,13 +7,15 @@ and writes nothing; an end never overwrites a step the cancel already closed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.rows import AnyRow, columns
 
 # The end of the step before, if one is waiting; then the new step. Sent on the pooled
 # connection's asyncpg driver directly (asyncpg placeholders): it is the one statement a run pays
@@ -70,8 +72,8 @@ class StepRow:
     finished_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping | Mapping[str, Any]) -> StepRow:
-        m = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> StepRow:
+        m = columns(row)
         return cls(
             run_id=int(m["run_id"]),
             index=int(m["index"]),

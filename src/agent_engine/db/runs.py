@@ -7,15 +7,16 @@ and finish (`runs/claim.py`, `runs/finish.py`), cancel (`runs/cancel.py`), reape
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Row, RowMapping, TextClause, text
+from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db.rows import AnyRow, columns
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
 
@@ -43,8 +44,8 @@ class RunRow:
     cost: Decimal | None
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping | Mapping[str, Any]) -> RunRow:
-        m = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> RunRow:
+        m = columns(row)
         return cls(
             id=int(m["id"]),
             agent_id=int(m["agent_id"]),

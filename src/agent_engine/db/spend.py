@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
-from sqlalchemy import Row, RowMapping, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db.rows import AnyRow, columns
 from agent_engine.domain.budget import BudgetWindow
 from agent_engine.domain.forecast import EXPECTED_TOKENS_SAMPLE_RUNS
 
@@ -78,8 +78,8 @@ class OwnerSpend:
     runs: int
 
     @classmethod
-    def from_row(cls, row: Row[Any] | RowMapping) -> OwnerSpend:
-        m = row._mapping if isinstance(row, Row) else row
+    def from_row(cls, row: AnyRow) -> OwnerSpend:
+        m = columns(row)
         return cls(
             owner_id=int(m["owner_id"]),
             tokens=int(m["tokens"]),
