@@ -8,6 +8,7 @@ port 0 picks a free one) by the time `start` returns.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import socket
 import threading
@@ -22,7 +23,7 @@ STARTUP_TIMEOUT_SECONDS = 10.0
 SHUTDOWN_TIMEOUT_SECONDS = 10.0
 
 
-class ServerThread:
+class ServerThread(abc.ABC):
     """Subclasses give the app (`app`), a thread name and how to name the server in errors."""
 
     thread_name = "http-server"
@@ -39,8 +40,9 @@ class ServerThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port: int | None = None
 
+    @abc.abstractmethod
     def app(self) -> Starlette:
-        raise NotImplementedError
+        """The app this thread serves."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
