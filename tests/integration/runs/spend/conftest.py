@@ -3,26 +3,24 @@ races (the api, broker and fake model are the integration suite's)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import dramatiq
-import httpx
 import pytest
 
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
 from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
-from tests.integration.api.subscriptions.support import Server
 from tests.integration.conftest import WORKER_STOP_GRACE_SECONDS
 from tests.integration.runs.spend.support import Client
+from tests.integration.runs.transcript.support import Gql
 
 WORKER_THREADS = 8
 
 
 @pytest.fixture
-async def client(server: Server, settings: Settings) -> AsyncIterator[Client]:
-    async with httpx.AsyncClient(timeout=30.0) as http:
-        yield Client(http=http, server=server, settings=settings)
+def client(gql: Gql) -> Client:
+    return Client(gql)
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from typing import Any
 
 import httpx
 
-from agent_engine.settings import Settings
-from tests.integration.api.subscriptions.support import Server, token
 from tests.integration.runs.support import FAKE_KEY_ENV, eventually
+from tests.integration.runs.transcript.support import Gql
 
 ADMIN_ID = 1
 
@@ -44,32 +43,26 @@ def model_input(base_url: str, **fields: str | None) -> dict[str, Any]:
 
 @dataclass
 class Client:
-    http: httpx.AsyncClient
-    server: Server
-    settings: Settings
+    """The integration suite's `Gql`, spoken the spend tests' way (`user=`), with their steps."""
+
+    api: Gql
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        return self.api.http
 
     def token(self, user_id: int, *, admin: bool = False) -> str:
-        return token(self.settings, user_id, admin=admin)
+        return self.api.bearer(user_id, admin=admin)
 
     async def gql(
         self, query: str, variables: dict[str, Any] | None = None, *, user: int, admin: bool = False
     ) -> dict[str, Any]:
-        response = await self.http.post(
-            f"{self.server.url}/graphql",
-            json={"query": query, "variables": variables or {}},
-            headers={"Authorization": f"Bearer {self.token(user, admin=admin)}"},
-        )
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
+        return await self.api.body(query, variables, as_user=user, admin=admin)
 
     async def data(
         self, query: str, variables: dict[str, Any] | None = None, *, user: int, admin: bool = False
     ) -> dict[str, Any]:
-        body = await self.gql(query, variables, user=user, admin=admin)
-        assert not body.get("errors"), body["errors"]
-        data: dict[str, Any] = body["data"]
-        return data
+        return await self.api.data(query, variables, as_user=user, admin=admin)
 
     async def admin(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         return await self.data(query, variables, user=ADMIN_ID, admin=True)
