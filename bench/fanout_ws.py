@@ -618,6 +618,36 @@ async def run(bench: Bench) -> ScenarioResult:
         index = next(block)
         return list(range(index * CHANGES + 1, (index + 1) * CHANGES + 1))
 
+    async def measured(
+        key: str,
+        on: list[ApiServer],
+        token: str,
+        run_ids: list[int],
+        subscribers: int,
+        *,
+        interval: float,
+        within: float = deadline,
+        processes: int | None = MIN_CLIENTS,
+    ) -> dict[str, Any]:
+        """One fan-out (py-spy on the first api when asked), kept in the details; the next one
+        starts once the apis have no subscriber left."""
+        assert clients is not None
+        with profiled(on[0].pid, f"fanout_ws-{key}"):
+            found = await fanout(
+                url,
+                clients,
+                on,
+                token,
+                run_ids,
+                subscribers,
+                interval=interval,
+                within=within,
+                processes=processes,
+            )
+        details[key] = found
+        await wait_active([s.port for s in on], 0, 120)
+        return found
+
     try:
         servers.append(await asyncio.to_thread(_start_api, bench, settings, "fanout_ws-api"))
         api = servers[0]
@@ -644,41 +674,20 @@ async def run(bench: Bench) -> ScenarioResult:
 
         # Owner audience: 1,000 dashboards of the changing owner.
         slow = SLOW_INTERVAL_SECONDS
-        with profiled(api.pid, "fanout_ws-api-1000-slow"):
-            measured = await fanout(
-                url,
-                clients,
-                [api],
-                owner_token,
-                next_ids(),
-                1_000,
-                interval=slow,
-                within=deadline,
-                processes=MIN_CLIENTS,
-            )
-        details["owner_1000_slow"] = measured
-        await wait_active([api.port], 0, 120)
+        owner, fast_interval = [api], CHANGE_INTERVAL_SECONDS
+        slow_run = await measured(
+            "owner_1000_slow", owner, owner_token, next_ids(), 1_000, interval=slow
+        )
         result.add(
             _p99_row(
                 f"p99, 1,000 subscribers of one owner x {CHANGES} at {1 / slow:g} changes/s",
-                measured,
+                slow_run,
                 TARGET_P99_MS,
             )
         )
-        with profiled(api.pid, "fanout_ws-api-1000-fast"):
-            fast = await fanout(
-                url,
-                clients,
-                [api],
-                owner_token,
-                next_ids(),
-                1_000,
-                interval=CHANGE_INTERVAL_SECONDS,
-                within=deadline,
-                processes=MIN_CLIENTS,
-            )
-        details["owner_1000_fast"] = fast
-        await wait_active([api.port], 0, 120)
+        fast = await measured(
+            "owner_1000_fast", owner, owner_token, next_ids(), 1_000, interval=fast_interval
+        )
         result.add(
             Row(
                 "deliveries per second of api CPU (1,000 subscribers, "
@@ -706,20 +715,15 @@ async def run(bench: Bench) -> ScenarioResult:
         )
 
         # Admin audience: 100 admin dashboards, every owner's events.
-        with profiled(api.pid, "fanout_ws-api-admin"):
-            admin = await fanout(
-                url,
-                clients,
-                [api],
-                admin_token,
-                admin_runs[:admin_changes],
-                ADMIN_DASHBOARDS,
-                interval=slow,
-                within=deadline,
-                processes=1,
-            )
-        details["admin"] = admin
-        await wait_active([api.port], 0, 120)
+        admin = await measured(
+            "admin",
+            [api],
+            admin_token,
+            admin_runs[:admin_changes],
+            ADMIN_DASHBOARDS,
+            interval=slow,
+            processes=1,
+        )
         result.add(
             _p99_row(
                 f"p99, {ADMIN_DASHBOARDS} admin dashboards, {admin_changes:,} changes of as "
@@ -731,19 +735,9 @@ async def run(bench: Bench) -> ScenarioResult:
 
         # Two api processes, the same subscribers split between them.
         servers.append(await asyncio.to_thread(_start_api, bench, settings, "fanout_ws-api-2"))
-        both = await fanout(
-            url,
-            clients,
-            servers,
-            owner_token,
-            next_ids(),
-            1_000,
-            interval=CHANGE_INTERVAL_SECONDS,
-            within=deadline,
-            processes=MIN_CLIENTS,
+        both = await measured(
+            "two_processes", servers, owner_token, next_ids(), 1_000, interval=fast_interval
         )
-        details["two_processes"] = both
-        await wait_active([s.port for s in servers], 0, 120)
         result.add(
             Row(
                 f"deliveries/s, 1,000 subscribers split over 2 api processes x {CHANGES} at "
@@ -759,18 +753,16 @@ async def run(bench: Bench) -> ScenarioResult:
             )
         )
         if not bench.quick:
-            with profiled(api.pid, "fanout_ws-api-5000"):
-                many = await fanout(
-                    url,
-                    clients,
-                    [api],
-                    owner_token,
-                    next_ids(),
-                    OPEN_MANY,
-                    interval=CHANGE_INTERVAL_SECONDS,
-                    within=FULL_DEADLINE_SECONDS[OPEN_MANY],
-                )
-            details[f"owner_{OPEN_MANY}_fast"] = many
+            many = await measured(
+                f"owner_{OPEN_MANY}_fast",
+                [api],
+                owner_token,
+                next_ids(),
+                OPEN_MANY,
+                interval=CHANGE_INTERVAL_SECONDS,
+                within=FULL_DEADLINE_SECONDS[OPEN_MANY],
+                processes=None,
+            )
             result.add(
                 _p99_row(
                     f"p99, {OPEN_MANY:,} subscribers x {CHANGES} at "
