@@ -141,7 +141,8 @@ def test_run_on_a_terminal_prints_readable_logs_and_links_the_dashboard(data_dir
     argv = [sys.executable, "-m", "agent_engine.cli", "run", "--port", str(port)]
     argv += ["--data-dir", str(data_dir)]
     with terminal(argv, env) as run:
-        output = run.read_until(r"Agent Engine is running\.", within=180)
+        # The banner may reach the terminal in pieces: read to the end of its dashboard line.
+        output = run.read_until(r"Agent Engine is running\.\s+Dashboard: [^\n]*\n", within=180)
         assert f"Dashboard: http://127.0.0.1:{port}/dashboard" in output
         # The children log readable lines too (they would default to JSON on their own).
         run.read_until(r"clock started[^\n]*\n", within=60)
