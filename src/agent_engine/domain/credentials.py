@@ -53,13 +53,10 @@ def credential_env_problem(
 
 def signing_env_problem(name: str, *, credential_envs: Collection[str] = ()) -> str | None:
     """Why a delivery target may not sign with the variable `name`, or None."""
+    # An HMAC key never leaves the process (only signatures do), so an engine-named variable
+    # such as AGENT_ENGINE_WEBHOOK_SECRET is fine here; a model's key is not: it is sent out.
     if not ENV_NAME.match(name):
         return "must be an environment variable name"
-    if is_engine_setting(name):
-        return (
-            "must not name one of the engine's own settings "
-            "(AGENT_ENGINE_*, DATABASE_URL, REDIS_URL, BROKER_URL)"
-        )
     if name in credential_envs:
         return "must not name a variable a model or tool source sends as its key"
     return None
