@@ -40,8 +40,10 @@ bench: $(STAMP)
 bench-full: $(STAMP)
 	$(BIN)/python -m bench
 
+## The exported contracts: the GraphQL SDL and the database schema of record.
 schema: $(STAMP)
 	$(BIN)/agent-engine export-schema
+	$(BIN)/agent-engine export-schema --database
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

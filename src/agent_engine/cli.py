@@ -7,6 +7,7 @@ heavy modules happen inside the commands so `--help` stays fast.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agent_engine.settings import Settings
 
 app = typer.Typer(
@@ -218,20 +221,74 @@ def token(
 
 @app.command("export-schema")
 def export_schema(
-    output: Annotated[Path, typer.Option(help="Where to write the SDL; '-' for stdout.")] = Path(
-        "schema/schema.graphql"
-    ),
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to write; '-' for stdout. Default: schema/schema.graphql, or "
+            "schema/database.sql with --database."
+        ),
+    ] = None,
+    database: Annotated[
+        bool,
+        typer.Option(
+            "--database",
+            help="Export the database schema of record (pg_dump of DATABASE_URL, which must be "
+            "at the latest migration; without DATABASE_URL, a throwaway embedded PostgreSQL "
+            "migrated to head) instead of the GraphQL SDL.",
+        ),
+    ] = False,
 ) -> None:
-    """Write the GraphQL SDL of the running code."""
+    """Write the GraphQL SDL of the running code, or with --database the database schema."""
+    if database:
+        _export_database_schema(output or Path("schema/database.sql"))
+        return
     from agent_engine.api.schema import export_sdl
 
     sdl = export_sdl()
+    output = output or Path("schema/schema.graphql")
     if str(output) == "-":
         sys.stdout.write(sdl)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(sdl)
     typer.echo(f"wrote {output}")
+
+
+def _export_database_schema(output: Path) -> None:
+    from agent_engine.db.schema_file import SchemaExportError, dump_schema
+
+    database_url = os.environ.get("DATABASE_URL")
+    try:
+        if database_url:
+            schema = dump_schema(database_url)
+        else:
+            schema = _dump_from_embedded(dump_schema)
+    except SchemaExportError as exc:
+        typer.echo(f"export-schema --database: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if str(output) == "-":
+        sys.stdout.write(schema)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(schema)
+    typer.echo(f"wrote {output}")
+
+
+def _dump_from_embedded(dump: Callable[[str], str]) -> str:
+    """A throwaway embedded PostgreSQL, migrated to head, dumped and removed."""
+    import tempfile
+
+    from agent_engine.db.migrate import upgrade
+    from agent_engine.embedded import EmbeddedPostgres
+
+    with tempfile.TemporaryDirectory(prefix="agent-engine-schema-") as tmp:
+        server = EmbeddedPostgres(Path(tmp) / "pg", ephemeral=True)
+        url = server.start()
+        try:
+            upgrade(url)
+            return dump(url)
+        finally:
+            server.stop()
 
 
 @knowledge_app.command("import")
@@ -322,8 +379,6 @@ def webhook_listen(
     port: Annotated[int, typer.Option(help="HTTP port.")] = 9000,
 ) -> None:
     """A local receiver: verifies each delivery's signature and prints the verified ones."""
-    import os
-
     from agent_engine.delivery.receiver import WebhookReceiver, describe
     from agent_engine.delivery.signing import SecretProblem
 
