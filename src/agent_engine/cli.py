@@ -259,10 +259,7 @@ def _export_database_schema(output: Path) -> None:
 
     database_url = os.environ.get("DATABASE_URL")
     try:
-        if database_url:
-            schema = dump_schema(database_url)
-        else:
-            schema = _dump_from_embedded(dump_schema)
+        schema = dump_schema(database_url) if database_url else _dump_from_embedded(dump_schema)
     except SchemaExportError as exc:
         typer.echo(f"export-schema --database: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -2,7 +2,8 @@
 
 `next_run_at` is the application's to compute and the database's to clear: every write that may
 open the gate or change the schedule recomputes the first slot in the owner's zone; the BEFORE
-trigger on `agents` nulls it whenever the gate is closed, whichever path wrote the row.
+trigger on `agents` (`agents_clear_next_run_at`, schema/database.sql) nulls it whenever the gate
+is closed, whichever path wrote the row.
 """
 
 from __future__ import annotations

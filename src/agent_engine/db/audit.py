@@ -1,4 +1,5 @@
-"""Statements on `audit_log` (append-only: a trigger refuses UPDATE, DELETE and TRUNCATE)."""
+"""Statements on `audit_log` (append-only: `audit_log_append_only`, see schema/database.sql,
+refuses UPDATE, DELETE and TRUNCATE)."""
 
 from __future__ import annotations
 

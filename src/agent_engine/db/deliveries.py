@@ -1,6 +1,7 @@
 """Statements on delivery targets, the agents' choice of them, and the outbox (`run_deliveries`).
 
-The outbox rows are written by the database (the `agent_runs_on_finish` trigger); these statements
+The outbox rows are written by the database (the `agent_runs_on_finish` trigger,
+see schema/database.sql); these statements
 lease them to the sender and record attempts. Only the message holding the current lease token
 matches a row, so a duplicate or late message changes nothing.
 """

@@ -226,9 +226,10 @@ HEARTBEAT = text(
     " WHERE id = :run_id AND state = 'running'"
 )
 
-# The finish also fixes the run's cost (a trigger prices its tokens at the model's prices now),
-# writes the step end the transcript still holds (`FINISH_STEP_CTE`), and the delivery outbox
-# rows (a trigger, delivery/outbox.py).
+# The finish also fixes the run's cost (`agent_runs_cost_at_finish` prices its tokens at the
+# model's prices now), writes the step end the transcript still holds (`FINISH_STEP_CTE`), and the
+# delivery outbox rows (`agent_runs_on_finish`, delivery/outbox.py); `agent_runs_notify` tells the
+# api. The triggers' current bodies are in schema/database.sql.
 FINISH = text(
     FINISH_STEP_CTE
     + "UPDATE agent_runs SET state = :state, reason = :reason, output = :output, error = :error,"
@@ -242,7 +243,7 @@ FINISH = text(
 # --- cancel -------------------------------------------------------------------------------------
 
 # The tokens so far: the heartbeat's count or the recorded model calls', whichever is larger (the
-# database's token-split trigger then splits them as the recorded calls did).
+# database's `agent_runs_token_split` trigger then splits them as the recorded calls did).
 CANCEL = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
     " finished_at = :now, tokens_used = GREATEST(tokens_used,"

@@ -152,5 +152,6 @@ def differences(expected: str, actual: str) -> list[str]:
     old, new = objects(expected), objects(actual)
     out = [f"{name}: missing from the database" for name in sorted(old.keys() - new.keys())]
     out += [f"{name}: not in schema/database.sql" for name in sorted(new.keys() - old.keys())]
-    out += [f"{name}: differs" for name in sorted(old.keys() & new.keys()) if old[name] != new[name]]
+    both = sorted(old.keys() & new.keys())
+    out += [f"{name}: differs" for name in both if old[name] != new[name]]
     return out

@@ -2,7 +2,7 @@
 attempt and records it.
 
 The outbox rows are written by the database in the run's finishing transaction (the
-`agent_runs_on_finish` trigger), whatever path ended the run. Each clock tick the dispatcher
+`agent_runs_on_finish` trigger, see schema/database.sql), whatever path ended the run. Each clock tick the dispatcher
 claims the pending deliveries that are due and not leased -- at most `per_target` in flight per
 target, across all workers -- gives each a fresh lease token and sends one message per delivery.
 Only the message carrying the current token may record the attempt, so a duplicate or a late

@@ -1,7 +1,8 @@
 """SQLAlchemy 2 models, one module per aggregate; `Base.metadata` holds them all once this package
 is imported (Alembic's env and the migration test read it).
 
-Database-held behaviour (triggers) is created by the migrations.
+Database-held behaviour (triggers) is created by the migrations; the current body of every
+trigger function is in schema/database.sql.
 """
 
 from __future__ import annotations
