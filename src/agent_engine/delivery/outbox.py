@@ -2,9 +2,10 @@
 attempt and records it.
 
 The outbox rows are written by the database in the run's finishing transaction (the
-`agent_runs_on_finish` trigger, see schema/database.sql), whatever path ended the run. Each clock tick the dispatcher
-claims the pending deliveries that are due and not leased -- at most `per_target` in flight per
-target, across all workers -- gives each a fresh lease token and sends one message per delivery.
+`agent_runs_on_finish` trigger, see schema/database.sql), whatever path ended the run. Each clock
+tick the dispatcher claims the pending deliveries that are due and not leased -- at most
+`per_target` in flight per target, across all workers -- gives each a fresh lease token and sends
+one message per delivery.
 Only the message carrying the current token may record the attempt, so a duplicate or a late
 message changes nothing. A lost message or a worker that died mid-attempt leaves the lease to
 expire, and the next tick sends the delivery again: nothing is lost, attempts may repeat (the
