@@ -49,10 +49,6 @@ def retry_delay(attempts: int, schedule: Sequence[timedelta] = RETRY_SCHEDULE) -
     return schedule[attempts - 1] if attempts - 1 < len(schedule) else None
 
 
-def max_attempts(schedule: Sequence[timedelta] = RETRY_SCHEDULE) -> int:
-    return len(schedule) + 1
-
-
 def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
@@ -102,8 +98,3 @@ def secret_env_problem(name: str) -> str | None:
             " it (the secret stays on the workers)"
         )
     return env_name_problem(name)
-
-
-def event_type(state: str) -> str:
-    """The payload's `type` for a terminal run state: run.succeeded | run.failed | run.skipped."""
-    return f"run.{state}"

@@ -5,8 +5,11 @@
     queued -> failed (stale)     (nobody picked it up)
     queued | running -> failed (cancelled)   (cancelRun)
 
-`skipped` rows may also be inserted directly (runtime gate closed at request time). Every
-transition is a compare-and-set in the database; these helpers say which ones exist.
+`skipped` rows may also be inserted directly (runtime gate closed at request time). The
+transitions exist only as compare-and-sets in the database (`db/runs.py`: each UPDATE names the
+state it moves from), so no Python copy of them is kept; tests drive those statements. The enums
+and `REASONS_BY_STATE` are the single source the CHECK constraints are generated from
+(`db/models/runs.py`).
 """
 
 from __future__ import annotations
@@ -65,40 +68,6 @@ REASONS_BY_STATE: Mapping[RunState, frozenset[RunReason]] = MappingProxyType(
         ),
     }
 )
-
-
-def reason_fits(state: RunState, reason: RunReason | None) -> bool:
-    allowed = REASONS_BY_STATE[state]
-    if reason is None:
-        return not allowed
-    return reason in allowed
-
-
-ALLOWED_TRANSITIONS: frozenset[tuple[RunState, RunState]] = frozenset(
-    {
-        (RunState.QUEUED, RunState.RUNNING),
-        (RunState.QUEUED, RunState.SKIPPED),
-        (RunState.QUEUED, RunState.FAILED),
-        (RunState.RUNNING, RunState.SUCCEEDED),
-        (RunState.RUNNING, RunState.FAILED),
-    }
-)
-
-
-class InvalidTransition(ValueError):
-    def __init__(self, src: RunState, dst: RunState) -> None:
-        self.src = src
-        self.dst = dst
-        super().__init__(f"a run cannot go from {src} to {dst}")
-
-
-def can_transition(src: RunState, dst: RunState) -> bool:
-    return (src, dst) in ALLOWED_TRANSITIONS
-
-
-def check_transition(src: RunState, dst: RunState) -> None:
-    if not can_transition(src, dst):
-        raise InvalidTransition(src, dst)
 
 
 # The executing worker bumps heartbeat_at this often; the reaper fails a run silent for

@@ -7,10 +7,7 @@ from datetime import timedelta
 import pytest
 
 from agent_engine.domain.delivery import (
-    RETRY_SCHEDULE,
     env_name_problem,
-    event_type,
-    max_attempts,
     retry_delay,
     secret_env_problem,
     target_url_problem,
@@ -73,16 +70,7 @@ def test_the_schedule_is_about_1s_5s_30s_2min_10min_1h_6h_then_failed() -> None:
         timedelta(hours=6),
         None,
     ]
-    assert max_attempts() == len(RETRY_SCHEDULE) + 1 == 8
     assert retry_delay(1, [timedelta(seconds=2)]) == timedelta(seconds=2)
     assert retry_delay(2, [timedelta(seconds=2)]) is None
     with pytest.raises(ValueError):
         retry_delay(0)
-
-
-def test_event_types_follow_the_terminal_state() -> None:
-    assert [event_type(s) for s in ("succeeded", "failed", "skipped")] == [
-        "run.succeeded",
-        "run.failed",
-        "run.skipped",
-    ]
