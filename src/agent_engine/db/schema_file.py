@@ -67,7 +67,7 @@ def revision_gap(database_url: str) -> tuple[set[str], set[str]]:
     heads = set(script.get_heads())
     current = asyncio.run(_current_revisions(to_libpq_url(database_url)))
     # A head reached through another branch's `depends_on` is applied without its own row.
-    applied = {rev.revision for rev in script.iterate_revisions(list(current), "base")}
+    applied = {rev.revision for rev in script.iterate_revisions(tuple(current), "base")}
     return current, heads - applied
 
 

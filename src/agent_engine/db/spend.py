@@ -45,19 +45,6 @@ _RECENT_TOKENS_SQL = text(
     " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
 )
 
-# The owner's agents with a next slot, each with its recent tokens and the owner's zone (only the
-# columns the forecast reads: a dashboard asks for it on every page view).
-SCHEDULED_AGENTS_OF_OWNER = text(
-    "SELECT a.id, a.schedule, a.next_run_at, a.enabled, a.admin_paused, a.model_id,"
-    " u.timezone AS owner_timezone, ARRAY("
-    "   SELECT r.tokens_used FROM agent_runs r"
-    "   WHERE r.agent_id = a.id AND r.state IN ('succeeded', 'failed')"
-    f"  ORDER BY r.id DESC LIMIT {EXPECTED_TOKENS_SAMPLE_RUNS}"
-    " ) AS recent_tokens"
-    " FROM agents a JOIN users u ON u.id = a.user_id"
-    " WHERE a.user_id = :owner_id AND a.next_run_at IS NOT NULL ORDER BY a.id"
-)
-
 # The admin's report: one aggregate over the week's finished runs, read through the
 # `finished_at` index, whatever the number of owners. Skipped runs spent nothing and are left out.
 _SPEND_BY_OWNER_SQL = text(

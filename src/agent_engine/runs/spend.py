@@ -1,8 +1,8 @@
-"""Reads of spend beyond the token sum: the week's cost, each agent's pace, the forecast and the
-admin's spend report.
+"""Each scheduled agent's pace, the input of the owner's forecast.
 
-The rules live in `domain/` (`forecast.forecast_budget`, `forecast.expected_tokens_per_run`); the
-statements that read the rows they need in `db/spend.py`.
+There is one forecast: the API's `Budget.forecast` (api/types/budget.py) reads the agents and
+their recent tokens through the request's loaders and calls `agent_paces` and the domain's
+`forecast.forecast_budget`; bench/budget_gate.py times that request.
 """
 
 from __future__ import annotations
@@ -12,19 +12,11 @@ from datetime import datetime
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from agent_engine.db import spend as spend_sql
-from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.domain.forecast import (
     AgentPace,
-    BudgetForecast,
-    expected_tokens_per_run,
-    forecast_budget,
 )
 from agent_engine.domain.gate import gate_open
 from agent_engine.domain.schedule import Schedule, ScheduleError, parse_schedule
-from agent_engine.runs.budget import owners_budgets
 
 
 class PacedAgent(Protocol):
@@ -80,22 +72,3 @@ def agent_paces(
             )
         )
     return paces
-
-
-async def owner_forecast(
-    conn: AsyncConnection,
-    owner_id: int,
-    *,
-    now: datetime,
-    platform: PlatformSettings | None = None,
-) -> BudgetForecast:
-    """The owner's forecast for the week containing `now`, in three statements (two with
-    `platform` given): the settings, the week's sum, the scheduled agents with their pace."""
-    if platform is None:
-        platform = await load_platform_settings(conn)
-    budget = (await owners_budgets(conn, [owner_id], now=now, platform=platform))[owner_id]
-    rows = (await conn.execute(spend_sql.SCHEDULED_AGENTS_OF_OWNER, {"owner_id": owner_id})).all()
-    owner_zone = rows[0].owner_timezone if rows else None
-    zone = platform.zone_of(owner_zone)
-    expected = {int(r.id): expected_tokens_per_run(r.recent_tokens) for r in rows}
-    return forecast_budget(budget, agent_paces(rows, expected, zone=zone), now=now)
