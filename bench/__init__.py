@@ -1,4 +1,4 @@
-"""Benchmarks of Agent Engine against its limits (issue 9): `python -m bench [--quick]`.
+"""Benchmarks of Agent Engine against its limits: `python -m bench [--quick]`.
 
 Every scenario measures the engine and a bare baseline in the same process, seconds apart, and
 reports the ratio, because the machine is shared and noisy. See bench/README.md.

@@ -15,7 +15,7 @@ runs/s, worker CPU per run, and memory: one worker process filled to its in-flig
 of a model that does not answer in time (RSS warm and idle, then full; per 100 runs in flight).
 Baselines from the same run: the physical limit N x latency ÷ in-flight capacity, and the same
 fake model driven by a bare asyncio client (keep-alive HTTP/1.1 over asyncio streams, one
-process) at the same concurrency. Targets (issue 13): full mode within 180 s of the slot, ≥ 0.7 x
+process) at the same concurrency. Targets: full mode within 180 s of the slot, ≥ 0.7 x
 the bare client's throughput, ≤ 150 MiB per worker process at 500 in flight.
 """
 

@@ -1,4 +1,4 @@
-"""The start gate (DESIGN §4): static, from the agent's definition.
+"""The start gate (docs/architecture.md §4.2): static, from the agent's definition.
 
 Open when `enabled AND NOT admin_paused AND model_id IS NOT NULL`. A closed gate writes no rows:
 the scheduler never sees the agent and a manual start is refused naming the closed lock. When

@@ -1,10 +1,10 @@
 """The schedule tick: claim due agents, journal a scheduled run each, advance their slots.
 
 Each batch is one transaction of a fixed number of statements, whatever its size: claim
-(`FOR UPDATE SKIP LOCKED`, so several clocks and workers split the due agents instead of
-duplicating them), platform settings, the budget of the batch's owners, the journal inserts and
-one `UPDATE … FROM unnest(…)` for the new slots. Messages are sent after the commit, while the
-next batch is claimed.
+(`FOR NO KEY UPDATE … SKIP LOCKED`, so several clocks and workers split the due agents instead of
+duplicating them; db/runs.py says why not `FOR UPDATE`), platform settings, the budget of the
+batch's owners, the journal inserts and one `UPDATE … FROM unnest(…)` for the new slots. Messages
+are sent after the commit, while the next batch is claimed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`agent-engine clock`: sends the schedule, reap, retention and delivery ticks, nothing else.
 
-Safe to run several replicas: the scan claims agents with `FOR UPDATE SKIP LOCKED` and every actor
-is idempotent, so extra ticks cost a query, never a duplicate run. No leader election.
+Safe to run several replicas: the scan claims agents with `FOR NO KEY UPDATE … SKIP LOCKED` (why not
+`FOR UPDATE`: db/runs.py, CLAIM_DUE_AGENTS) and every actor is idempotent, so extra ticks cost a
+query, never a duplicate run. No leader election.
 """
 
 from __future__ import annotations
