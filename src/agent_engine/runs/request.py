@@ -28,6 +28,7 @@ from agent_engine.runs.journal import insert_requested_runs
 
 log = logging.getLogger(__name__)
 
+# Sends a run's execute message (the broker's, or a test's recorder): the one type of it.
 Enqueue = Callable[[int], None]
 
 # Each send is a broker round trip: a batch's messages go out over a few threads at once (the

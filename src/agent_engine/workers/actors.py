@@ -25,11 +25,13 @@ from sqlalchemy.exc import DBAPIError
 
 from agent_engine.db import activity
 from agent_engine.delivery import outbox
+from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.domain.runs import RunState
 from agent_engine.runs import execute, reaper, retention, scheduler
 from agent_engine.runs.execute import Claim
+from agent_engine.runs.request import Enqueue
 from agent_engine.settings import Settings
-from agent_engine.workers.context import EnqueueDelivery, EnqueueExecute, WorkerContext
+from agent_engine.workers.context import WorkerContext
 from agent_engine.workers.inflight import WorkerStopping
 from agent_engine.workers.middleware import SharedAsyncIO, WorkerContextMiddleware
 
@@ -226,7 +228,7 @@ def declare_actors(
     broker: dramatiq.Broker,
     settings: Settings,
     *,
-    enqueue_execute: EnqueueExecute,
+    enqueue_execute: Enqueue,
     enqueue_delivery: EnqueueDelivery,
 ) -> Actors:
     """Bind the actors to `broker` (which has `SharedAsyncIO`) with options from `settings`; the

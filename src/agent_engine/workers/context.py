@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine
+from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.runs.cancel import CancelWatcher
+from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
 from agent_engine.workers.inflight import InFlight
@@ -22,9 +23,6 @@ log = logging.getLogger(__name__)
 
 # How long a stopping worker lets runs in flight finish before interrupting them (set per stop).
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 20.0
-
-EnqueueExecute = Callable[[int], None]
-EnqueueDelivery = Callable[[int, str], None]
 
 
 class WorkerContext:
@@ -35,7 +33,7 @@ class WorkerContext:
         self,
         settings: Settings,
         *,
-        enqueue_execute: EnqueueExecute,
+        enqueue_execute: Enqueue,
         enqueue_delivery: EnqueueDelivery,
     ) -> None:
         self.settings = settings
