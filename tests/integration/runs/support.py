@@ -13,16 +13,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import dramatiq
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.settings import Settings
+from agent_engine.workers.actors import RUNS_QUEUE, worker_context
+from agent_engine.workers.main import EngineWorker
 
 FAKE_KEY_ENV = "AGENT_ENGINE_TEST_FAKE_OPENAI_KEY"
 # The `fake_agent` fixture: `await fake_agent(**agent_values)` -> the agent row.
 FakeAgent = Callable[..., Awaitable[dict[str, Any]]]
 POLL_SECONDS = 0.05
 PROCESS_STOP_SECONDS = 15.0
+SETTLE_SECONDS = 20.0
 
 
 async def eventually(
@@ -37,6 +41,29 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within:g}s waiting for {what}")
         await asyncio.sleep(POLL_SECONDS)
+
+
+async def messages_settled(broker: dramatiq.Broker, worker: EngineWorker) -> None:
+    """Every `runs` message taken and processed by the in-process `worker`: each actor call has
+    returned, so each claim was tried and a won claim handed its run to the in-flight set.
+    Redis or RabbitMQ alike (the broker's own `join`, then the worker's)."""
+    await asyncio.to_thread(broker.join, RUNS_QUEUE, timeout=int(SETTLE_SECONDS * 1000))
+    if worker.runs is not None:
+        await asyncio.wait_for(asyncio.to_thread(worker.runs.join), SETTLE_SECONDS)
+
+
+def runs_in_flight() -> int:
+    """Runs executing on this process's worker (tests with an in-process worker)."""
+    return worker_context().in_flight.running
+
+
+async def no_run_in_flight() -> None:
+    """This process's worker has no run executing: whatever it started has ended."""
+
+    async def idle() -> bool:
+        return runs_in_flight() == 0
+
+    await eventually(idle, what="the worker's in-flight set to empty")
 
 
 async def fetch(engine: AsyncEngine, sql: str, **params: Any) -> list[dict[str, Any]]:

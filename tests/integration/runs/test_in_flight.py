@@ -4,7 +4,6 @@ claim; the settings reach the runtime."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 import dramatiq
@@ -15,6 +14,7 @@ from agent_engine.runs.execute import INTERRUPTED_ERROR
 from agent_engine.runs.request import request_run
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, text_reply, tool_reply
+from agent_engine.workers.actors import worker_context
 from agent_engine.workers.broker import enqueue_execute
 from agent_engine.workers.main import start_worker, stop_worker
 from tests.integration.runs.support import FakeAgent, eventually, fetch
@@ -79,7 +79,8 @@ async def test_a_stopping_worker_interrupts_its_runs_and_gives_back_what_it_did_
         await eventually(
             lambda: _true(fake_openai.active_requests == 3), what="a full in-flight set"
         )
-        await asyncio.sleep(0.3)  # room for a wrong fourth claim to show up
+        # The other two messages wait for a place before claiming anything.
+        await eventually(lambda: _true(worker_context().in_flight.waiting == 2), what="2 waiting")
         states = await _states(engine, run_ids)
         assert sorted(r["state"] for r in states.values()) == ["queued"] * 2 + ["running"] * 3
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +14,14 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute, send_reap_tick, send_schedule_tick
 from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
-from tests.integration.runs.support import FakeAgent, eventually, fetch, run_row
+from tests.integration.runs.support import (
+    FakeAgent,
+    eventually,
+    fetch,
+    messages_settled,
+    run_row,
+    runs_in_flight,
+)
 
 
 def now() -> datetime:
@@ -48,6 +54,7 @@ async def test_scheduled_agent_runs_to_success_and_its_slot_advances(
 
 async def test_the_same_message_delivered_twice_executes_once(
     engine: AsyncEngine,
+    broker: dramatiq.Broker,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
     worker: EngineWorker,
@@ -61,8 +68,10 @@ async def test_the_same_message_delivered_twice_executes_once(
     enqueue_execute(row.id)
 
     await eventually(lambda: _state_is(engine, row.id, "succeeded"), what="the run to succeed")
-    await asyncio.sleep(0.5)  # room for a wrong second execution to show up
-
+    # Both messages acknowledged: the second one's claim was tried and, had it wrongly won, its
+    # run would be in flight or have called the model by now.
+    await messages_settled(broker, worker)
+    assert runs_in_flight() == 0
     assert fake_openai.request_count == 1
     assert (await run_row(engine, row.id))["output"] == "Once."
 
@@ -81,7 +90,7 @@ async def test_a_lost_message_is_resent_by_the_reaper(
     broker.flush_all()  # Redis lost the message before any worker took it
     started = start_worker(settings, threads=2)
     try:
-        await asyncio.sleep(0.5)
+        await messages_settled(broker, started)  # nothing to take: the message is gone
         assert (await run_row(engine, row.id))["state"] == "queued"
         ticks = itertools.count()
 

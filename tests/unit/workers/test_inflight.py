@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -16,7 +17,7 @@ async def test_a_full_set_makes_reservations_wait_until_a_run_ends() -> None:
         await flight.reserve()
         flight.start(release.wait(), name=f"run-{index}")
     third = asyncio.create_task(flight.reserve())
-    await asyncio.sleep(0.05)
+    await _until(lambda: flight.waiting == 1)
     assert not third.done()
     assert (flight.running, flight.waiting) == (2, 1)
 
@@ -37,7 +38,7 @@ async def test_stopping_refuses_waiting_and_new_reservations() -> None:
     await flight.reserve()
     flight.start(asyncio.sleep(10), name="long")
     waiting = asyncio.create_task(flight.reserve())
-    await asyncio.sleep(0.05)
+    await _until(lambda: flight.waiting == 1)
 
     flight.stop_admitting()
 
@@ -67,3 +68,10 @@ async def test_drain_lets_runs_finish_within_the_grace_then_interrupts_the_rest(
 
     assert interrupted == ["slow"]
     assert flight.running == 0
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Let the loop run until `condition` holds (each pass yields to every ready task)."""
+    async with asyncio.timeout(1):
+        while not condition():
+            await asyncio.sleep(0)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 
 import dramatiq
 import pytest
-import redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.settings import Settings
@@ -19,8 +17,15 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
-from agent_engine.workers.main import start_worker, stop_worker
-from tests.integration.runs.support import FakeAgent, eventually, fetch
+from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
+from tests.integration.runs.support import (
+    FakeAgent,
+    eventually,
+    fetch,
+    messages_settled,
+    no_run_in_flight,
+    runs_in_flight,
+)
 from tests.integration.runs.transcript.support import CANCEL, START, Gql, error_code
 from tests.support.factories import Factories
 
@@ -81,9 +86,10 @@ async def test_cancelling_a_running_run_stops_it_and_frees_the_agent(
     done = await gql.finished_run(third["startRun"]["id"], as_user=owner)
     assert done["state"] == "SUCCEEDED" and done["output"] == "Done."
 
-    # The abandoned model call answers after a while; the worker stopped, so it neither goes on
-    # (no tool call, no further model call) nor writes anything to the cancelled run.
-    await asyncio.sleep(SLOW_MODEL_SECONDS + 1.0)
+    # The cancelled run's task has ended (the third run's too): nothing is left on the worker to
+    # go on with the abandoned call's answer (no tool call, no further model call) or to write
+    # to the cancelled run. Were it still waiting, the set would not empty before that answer.
+    await no_run_in_flight()
     assert fake_openai.request_count == 3
     run = await gql.run(run_id, as_user=owner)
     assert (run["state"], run["reason"]) == ("FAILED", "CANCELLED")
@@ -111,7 +117,8 @@ async def test_cancelling_a_run_waiting_out_a_rate_limit_stops_the_wait(
 
     cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
     assert (cancelled["state"], cancelled["reason"]) == ("FAILED", "CANCELLED")
-    await asyncio.sleep(SLOW_MODEL_SECONDS + 1.0)  # past the moment the retry was due
+    # The wait ended with the run: the worker holds nothing that could call again later.
+    await no_run_in_flight()
     assert fake_openai.request_count == 1
     assert (await gql.run(run_id, as_user=owner))["reason"] == "CANCELLED"
 
@@ -121,9 +128,9 @@ async def _model_calls(fake: FakeOpenAIServer, count: int) -> bool:
 
 
 @pytest.fixture
-def no_worker_yet(settings: Settings) -> Iterator[list[dramatiq.Worker]]:
+def no_worker_yet(settings: Settings) -> Iterator[list[EngineWorker]]:
     """A worker the test starts when it wants one."""
-    started: list[dramatiq.Worker] = []
+    started: list[EngineWorker] = []
     try:
         yield started
     finally:
@@ -134,9 +141,10 @@ def no_worker_yet(settings: Settings) -> Iterator[list[dramatiq.Worker]]:
 async def test_a_cancelled_queued_run_never_reaches_the_model(
     gql: Gql,
     settings: Settings,
+    broker: dramatiq.Broker,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
-    no_worker_yet: list[dramatiq.Worker],
+    no_worker_yet: list[EngineWorker],
 ) -> None:
     agent = await fake_agent()
     owner = int(agent["user_id"])
@@ -149,17 +157,11 @@ async def test_a_cancelled_queued_run_never_reaches_the_model(
         0,
     )
 
-    no_worker_yet.append(start_worker(settings, threads=2))
-    client = redis.Redis.from_url(settings.redis_url or "")
-    try:
-
-        async def drained() -> bool:
-            return client.llen("dramatiq:runs") == 0 and client.hlen("dramatiq:runs.msgs") == 0
-
-        await eventually(drained, what="the worker to take the message")
-    finally:
-        client.close()
-    await asyncio.sleep(0.5)  # room for a wrong execution to reach the model
+    started = start_worker(settings, threads=2)
+    no_worker_yet.append(started)
+    # Processed means the claim was tried: a wrong one would have put the run in flight.
+    await messages_settled(broker, started)
+    assert runs_in_flight() == 0
     assert fake_openai.request_count == 0
     run = await gql.run(run_id, as_user=owner)
     assert (run["state"], run["reason"], run["steps"]) == ("FAILED", "CANCELLED", [])
@@ -197,7 +199,8 @@ async def test_a_run_waiting_for_a_model_slot_is_cancelled_and_never_reaches_the
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    broker: dramatiq.Broker,
+    worker: EngineWorker,
 ) -> None:
     first = await fake_agent()
     owner = int(first["user_id"])
@@ -210,7 +213,8 @@ async def test_a_run_waiting_for_a_model_slot_is_cancelled_and_never_reaches_the
     holder = await gql.start(first["id"], as_user=owner)
     await _running(gql, holder, owner)
     waiting = await gql.start(second["id"], as_user=owner)
-    await asyncio.sleep(1.0)  # its message was taken and dropped: the model's one slot is held
+    # Its message was taken and dropped: the model's one slot is held.
+    await messages_settled(broker, worker)
     assert (await gql.run(waiting, as_user=owner))["state"] == "QUEUED"
 
     cancelled = (await gql.data(CANCEL, {"id": waiting}, as_user=owner))["cancelRun"]
@@ -218,7 +222,11 @@ async def test_a_run_waiting_for_a_model_slot_is_cancelled_and_never_reaches_the
 
     # The slot frees when the holder finishes; the hand-on finds nothing left to start.
     assert (await gql.finished_run(holder, as_user=owner))["state"] == "SUCCEEDED"
-    await asyncio.sleep(1.0)
+    # The holder's task (which hands the slot on) has ended and every message it may have sent
+    # is acknowledged: a wrongly started run would be in flight or have called the model.
+    await no_run_in_flight()
+    await messages_settled(broker, worker)
+    assert runs_in_flight() == 0
     assert fake_openai.request_count == 1
     run = await gql.run(waiting, as_user=owner)
     assert (run["state"], run["reason"], run["steps"], run["tokensUsed"]) == (
