@@ -14,7 +14,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,6 +34,7 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
 from tests.integration.runs.support import (
     FAKE_KEY_ENV,
+    POLL_SECONDS,
     agent_engine_command,
     eventually,
     fetch,
@@ -275,6 +276,36 @@ async def invariant_violations(engine: AsyncEngine) -> list[str]:
         for row in await conn.execute(text(_OPEN_SLOT_ON_CLOSED_GATE)):
             found.append(f"agent {row.id} has next_run_at with a closed gate: {dict(row._mapping)}")
     return found
+
+
+async def ticks_done(engine: AsyncEngine, tick: str = "schedule") -> int:
+    """How many `tick` ticks the workers have completed (`engine_activity`, bumped after each)."""
+    async with engine.connect() as conn:
+        count = await conn.scalar(
+            text("SELECT count FROM engine_activity WHERE name = :n"), {"n": f"tick.{tick}"}
+        )
+    return int(count or 0)
+
+
+async def more_ticks(engine: AsyncEngine, count: int = 2, tick: str = "schedule") -> None:
+    """Wait until `count` more `tick` ticks have completed: each one saw the state as it is now,
+    so whatever a tick would wrongly do has been done by then (absence proved by an event)."""
+    target = await ticks_done(engine, tick) + count
+
+    async def reached() -> bool:
+        return await ticks_done(engine, tick) >= target
+
+    await eventually(reached, what=f"{count} more {tick} ticks")
+
+
+async def holds_for(probe: Callable[[], Awaitable[bool]], *, within: float, what: str) -> None:
+    """Fail as soon as `probe` turns false within `within` seconds. Only where no event can
+    prove an absence (nothing runs that could announce it, e.g. a killed clock)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not await probe():
+            raise AssertionError(f"{what} no longer holds")
+        await asyncio.sleep(POLL_SECONDS)
 
 
 async def unfinished_runs(engine: AsyncEngine) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from agent_engine.runs.request import request_run
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
+from tests.e2e.support import more_ticks
 from tests.integration.conftest import broker, fake_agent, fake_openai  # noqa: F401 (fixtures)
 from tests.integration.runs.support import (
     FakeAgent,
@@ -131,7 +131,7 @@ async def test_three_clocks_and_two_workers_journal_exactly_one_row_per_slot(
 
             await eventually(all_advanced, what=f"slot {slot} to be claimed by every agent")
             await eventually(all_finished, what=f"the runs of slot {slot} to finish")
-        await asyncio.sleep(1.5)  # a few more ticks: nothing more may be journalled
+        await more_ticks(engine, 2)  # each saw every slot advanced: nothing more is journalled
 
     per_agent = await fetch(
         engine,
