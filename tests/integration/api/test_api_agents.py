@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.domain.schedule import first_slot, next_slots, parse_schedule
 from tests.integration.api.support import FIXED_NOW, Api, codes, error
 from tests.support.factories import Factories
 
@@ -59,18 +58,17 @@ async def test_create_agent_preselects_default_model_and_computes_next_run(
         "weekday": 0,
         "time": "09:00",
     }
-    zone = ZoneInfo("Europe/Berlin")
-    parsed = parse_schedule(
-        {"type": "calendar", "cadence": "weekly", "weekday": 0, "time": "09:00"}
-    )
-    assert parsed is not None
-    expected_first = first_slot(parsed, now=FIXED_NOW, zone=zone)
-    assert when(agent["nextRunAt"]) == expected_first
-    upcoming = [when(t) for t in agent["upcomingRunTimes"]]
-    assert upcoming[0] == expected_first
-    assert upcoming[1:] == next_slots(
-        parsed, after=expected_first, zone=zone, count=2, anchor=expected_first
-    )
+    # Mondays at 09:00 in Berlin after Wednesday 2025-03-12 10:00 UTC; the third is after the
+    # spring-forward of 30 March (CET +01:00, then CEST +02:00).
+    berlin = ZoneInfo("Europe/Berlin")
+    expected = [
+        datetime(2025, 3, 17, 9, 0, tzinfo=berlin),
+        datetime(2025, 3, 24, 9, 0, tzinfo=berlin),
+        datetime(2025, 3, 31, 9, 0, tzinfo=berlin),
+    ]
+    assert [e.utcoffset() for e in expected] == [timedelta(hours=h) for h in (1, 1, 2)]
+    assert when(agent["nextRunAt"]) == expected[0]
+    assert [when(t) for t in agent["upcomingRunTimes"]] == expected
     assert agent["coreTools"] == ["search_knowledge", "read_document", "related_documents"]
     assert agent["owner"] == {"id": str(OWNER), "timezone": "Europe/Berlin"}
 
