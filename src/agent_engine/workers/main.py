@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
 import dramatiq
 
@@ -102,17 +103,34 @@ def start_worker(
     # Deliveries ride with the ticks: their actor only hands an attempt to a task and returns.
     light = chosen & {TICKS_QUEUE, DELIVERIES_QUEUE}
     if light:
-        ticks = dramatiq.Worker(broker, queues=light, worker_threads=TICK_THREADS)
-        ticks.start()
+        ticks = _start_dramatiq_worker(broker, queues=light, worker_threads=TICK_THREADS)
     if RUNS_QUEUE in chosen:
-        runs = dramatiq.Worker(
+        runs = _start_dramatiq_worker(
             broker,
             queues={RUNS_QUEUE},
             worker_threads=threads,
             worker_timeout=RUNS_WORKER_TIMEOUT_MS,
         )
-        runs.start()
     return EngineWorker(runs=runs, ticks=ticks)
+
+
+def _start_dramatiq_worker(broker: dramatiq.Broker, **options: Any) -> dramatiq.Worker:
+    """Start one Dramatiq worker, then take the middleware its start registered off the broker.
+
+    `Worker.start` adds a middleware to the broker whose only job is to open a consumer for each
+    queue: at once for the queues already declared, later for queues declared afterwards. Every
+    queue of ours is declared by `configure_broker` (the actors) before a worker starts, so once
+    started that middleware has done its work. Left on the broker it is harmful here, because a
+    process runs two workers on one broker (runs and ticks): the second start logged Dramatiq's
+    "You're adding a middleware of the same type twice: _WorkerMiddleware" warning, and each
+    stop/start in one process (tests) left one more behind, still notified of every event.
+    """
+    worker = dramatiq.Worker(broker, **options)
+    worker.start()
+    broker.middleware[:] = [
+        one for one in broker.middleware if getattr(one, "worker", None) is not worker
+    ]
+    return worker
 
 
 def stop_worker(worker: EngineWorker, *, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
