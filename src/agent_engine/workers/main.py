@@ -50,7 +50,8 @@ TICK_THREADS = 2
 # progress): the runs worker's messages are short (a claim), so it looks again soon. (Dramatiq's
 # default, 1 s, left the claiming threads idle between fetches during a burst.)
 RUNS_WORKER_TIMEOUT_MS = 100
-# How long a stopping worker lets runs in progress finish before interrupting them.
+# How long a stopping worker lets runs in progress finish before interrupting them (the default of
+# `AGENT_ENGINE_WORKER_DRAIN_SECONDS`, which the processes use; tests pass their own).
 SHUTDOWN_GRACE_SECONDS = 20.0
 # Dramatiq joins its threads for at most this long beyond the grace (a claim in progress).
 THREAD_JOIN_MARGIN_SECONDS = 10.0
@@ -158,8 +159,8 @@ def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
     try:
         stop.wait()
     finally:
-        log.info("worker stopping")
-        stop_worker(worker)
+        log.info("worker stopping: runs in flight get %gs to finish", settings.worker_drain_seconds)
+        stop_worker(worker, grace_seconds=settings.worker_drain_seconds)
         close_broker()
 
 
@@ -190,7 +191,7 @@ def _supervise(settings: Settings, processes: int, threads: int, queues: set[str
         for child in children:
             if child.is_alive() and child.pid is not None:
                 _signal(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS * 2 + 10
+        deadline = time.monotonic() + settings.worker_drain_seconds * 2 + 10
         for child in children:
             child.join(max(0.0, deadline - time.monotonic()))
             if child.is_alive():
