@@ -104,9 +104,18 @@ def run(
     seed: Annotated[bool, typer.Option(help="Seed the demo users, model and agent.")] = True,
 ) -> None:
     """All in one: embedded servers, migrations, demo seed, then api + worker + clock."""
-    from agent_engine.allinone import run_all
+    from agent_engine.embedded import missing_servers_message
 
     settings = _settings()
+    # The slim install (no `embedded` extra) runs only against servers it is given.
+    missing = missing_servers_message(
+        database_url=settings.database_url, redis_url=settings.redis_url
+    )
+    if missing:
+        typer.echo(missing, err=True)
+        raise typer.Exit(2)
+    from agent_engine.allinone import run_all
+
     run_all(
         settings,
         host=host,

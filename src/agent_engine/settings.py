@@ -55,6 +55,13 @@ class Settings(BaseSettings):
     runs_in_flight: int = Field(
         default=200, ge=1, description="Runs one worker process executes at once."
     )
+    worker_drain_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        le=3600,
+        description="How long a stopping worker (SIGTERM) lets its runs in flight finish before "
+        "interrupting them (they journal failed/error).",
+    )
     model_slot_wait_seconds: float = Field(
         default=86400.0,
         gt=0,

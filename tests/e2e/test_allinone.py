@@ -112,6 +112,12 @@ def test_run_starts_runs_the_sample_agent_and_keeps_data_across_restarts(data_di
     finally:
         first.stop()
     assert first.process.returncode == 0, first.log.read_text()[-3000:]
+    # The api, worker and clock it started said nothing alarming on the way: in particular not
+    # Dramatiq's "You're adding a middleware of the same type twice: _WorkerMiddleware" (the
+    # worker's two Dramatiq workers on one broker, workers/main.py).
+    output = first.log.read_text()
+    assert "worker started" in output  # the worker's own log is in this output
+    assert "same type twice" not in output, output[-3000:]
 
     second = AllInOne(data_dir, free_port())
     try:

@@ -32,8 +32,10 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse
 from strawberry.http.types import QueryParams
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.alert_events import BudgetAlertFeed
@@ -51,6 +53,12 @@ from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import ApiError, Unauthenticated
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.fanout import Broadcaster
+from agent_engine.api.graphql_http import (
+    APPLICATION_JSON,
+    is_request_error,
+    prefers_graphql_response_json,
+)
+from agent_engine.api.graphql_http import CONTENT_TYPE as GRAPHQL_RESPONSE_CONTENT_TYPE
 from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.health import healthz, readyz
 from agent_engine.api.http_operations import ReleaseLoaders, SubscriptionsOverSocketsOnly
@@ -149,7 +157,24 @@ class GraphQLView(GraphQL[Context, None]):
             response = await self.run(request)
         except HTTPException as exc:
             response = _transport_error(exc.reason, exc.status_code)
+        if prefers_graphql_response_json(request.headers.get("accept")):
+            _as_graphql_response_json(request, response)
         await response(scope, receive, send)
+
+    async def process_result(
+        self, request: Request, result: ExecutionResult
+    ) -> GraphQLHTTPResponse:
+        """A request error answered as `application/graphql-response+json` has no `data` entry
+        (and a 400, set in `__call__`); `api/graphql_http.py`."""
+        response = await super().process_result(request, result)
+        if (
+            isinstance(request, Request)
+            and is_request_error(result)
+            and prefers_graphql_response_json(request.headers.get("accept"))
+        ):
+            request.state.graphql_request_error = True
+            response.pop("data", None)
+        return response
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         state = state_of(request)
@@ -238,6 +263,15 @@ def _ws_authorization(params: dict[str, Any]) -> str | None:
     if isinstance(token, str) and token.strip():
         return token if token.lower().startswith("bearer ") else f"Bearer {token.strip()}"
     return None
+
+
+def _as_graphql_response_json(request: Request, response: Response) -> None:
+    """A JSON answer of the GraphQL endpoint in the spec's media type (not GraphiQL's page)."""
+    if not response.headers.get("content-type", "").startswith(APPLICATION_JSON):
+        return
+    response.headers["content-type"] = GRAPHQL_RESPONSE_CONTENT_TYPE
+    if getattr(request.state, "graphql_request_error", False) and response.status_code == 200:
+        response.status_code = 400
 
 
 def _transport_error(message: str, status_code: int) -> Response:

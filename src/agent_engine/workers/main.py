@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
 import dramatiq
 
@@ -49,7 +50,8 @@ TICK_THREADS = 2
 # progress): the runs worker's messages are short (a claim), so it looks again soon. (Dramatiq's
 # default, 1 s, left the claiming threads idle between fetches during a burst.)
 RUNS_WORKER_TIMEOUT_MS = 100
-# How long a stopping worker lets runs in progress finish before interrupting them.
+# How long a stopping worker lets runs in progress finish before interrupting them (the default of
+# `AGENT_ENGINE_WORKER_DRAIN_SECONDS`, which the processes use; tests pass their own).
 SHUTDOWN_GRACE_SECONDS = 20.0
 # Dramatiq joins its threads for at most this long beyond the grace (a claim in progress).
 THREAD_JOIN_MARGIN_SECONDS = 10.0
@@ -102,17 +104,34 @@ def start_worker(
     # Deliveries ride with the ticks: their actor only hands an attempt to a task and returns.
     light = chosen & {TICKS_QUEUE, DELIVERIES_QUEUE}
     if light:
-        ticks = dramatiq.Worker(broker, queues=light, worker_threads=TICK_THREADS)
-        ticks.start()
+        ticks = _start_dramatiq_worker(broker, queues=light, worker_threads=TICK_THREADS)
     if RUNS_QUEUE in chosen:
-        runs = dramatiq.Worker(
+        runs = _start_dramatiq_worker(
             broker,
             queues={RUNS_QUEUE},
             worker_threads=threads,
             worker_timeout=RUNS_WORKER_TIMEOUT_MS,
         )
-        runs.start()
     return EngineWorker(runs=runs, ticks=ticks)
+
+
+def _start_dramatiq_worker(broker: dramatiq.Broker, **options: Any) -> dramatiq.Worker:
+    """Start one Dramatiq worker, then take the middleware its start registered off the broker.
+
+    `Worker.start` adds a middleware to the broker whose only job is to open a consumer for each
+    queue: at once for the queues already declared, later for queues declared afterwards. Every
+    queue of ours is declared by `configure_broker` (the actors) before a worker starts, so once
+    started that middleware has done its work. Left on the broker it is harmful here, because a
+    process runs two workers on one broker (runs and ticks): the second start logged Dramatiq's
+    "You're adding a middleware of the same type twice: _WorkerMiddleware" warning, and each
+    stop/start in one process (tests) left one more behind, still notified of every event.
+    """
+    worker = dramatiq.Worker(broker, **options)
+    worker.start()
+    broker.middleware[:] = [
+        one for one in broker.middleware if getattr(one, "worker", None) is not worker
+    ]
+    return worker
 
 
 def stop_worker(worker: EngineWorker, *, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
@@ -140,8 +159,8 @@ def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
     try:
         stop.wait()
     finally:
-        log.info("worker stopping")
-        stop_worker(worker)
+        log.info("worker stopping: runs in flight get %gs to finish", settings.worker_drain_seconds)
+        stop_worker(worker, grace_seconds=settings.worker_drain_seconds)
         close_broker()
 
 
@@ -172,7 +191,7 @@ def _supervise(settings: Settings, processes: int, threads: int, queues: set[str
         for child in children:
             if child.is_alive() and child.pid is not None:
                 _signal(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS * 2 + 10
+        deadline = time.monotonic() + settings.worker_drain_seconds * 2 + 10
         for child in children:
             child.join(max(0.0, deadline - time.monotonic()))
             if child.is_alive():

@@ -1,0 +1,109 @@
+"""What a Kubernetes scale-down does to a worker pod, on a real `agent-engine worker` process:
+SIGTERM, then the drain (`AGENT_ENGINE_WORKER_DRAIN_SECONDS`). A run that ends within the drain
+finishes; one that does not is journaled as interrupted. None is lost and none runs twice."""
+
+from __future__ import annotations
+
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dramatiq
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.domain.runs import RunTrigger
+from agent_engine.runs.finish import INTERRUPTED_ERROR
+from agent_engine.runs.request import request_run
+from agent_engine.settings import Settings
+from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from agent_engine.workers.broker import enqueue_execute
+from tests.integration.conftest import broker, fake_agent, fake_openai  # noqa: F401 (fixtures)
+from tests.integration.runs.support import (
+    FakeAgent,
+    agent_engine_command,
+    eventually,
+    processes,
+    run_row,
+    settings_env,
+)
+
+pytestmark = pytest.mark.slow
+
+WORKER = agent_engine_command("worker", "--threads", "2")
+EXIT_WITHIN_SECONDS = 60
+
+
+async def _running(engine: AsyncEngine, run_id: int) -> bool:
+    return bool((await run_row(engine, run_id))["state"] == "running")
+
+
+async def test_a_run_that_ends_within_the_drain_finishes_after_sigterm(
+    engine: AsyncEngine,
+    settings: Settings,
+    fake_openai: FakeOpenAIServer,  # noqa: F811
+    fake_agent: FakeAgent,  # noqa: F811
+    broker: dramatiq.Broker,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    agent = await fake_agent()
+    # Longer than the default drain (20 s): only the configured one lets it finish.
+    fake_openai.enqueue(text_reply("Finished while draining.", delay_seconds=22))
+    env = settings_env(settings, worker_drain_seconds=45)
+    with processes([WORKER], env=env, log_dir=tmp_path) as (worker,):
+        run = await request_run(
+            engine,
+            agent["id"],
+            trigger=RunTrigger.MANUAL,
+            now=datetime.now(UTC),
+            enqueue=enqueue_execute,
+        )
+        await eventually(lambda: _running(engine, run.id), what="the run to be in flight")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(EXIT_WITHIN_SECONDS) == 0
+    row = await run_row(engine, run.id)
+    assert (row["state"], row["output"]) == ("succeeded", "Finished while draining.")
+    assert fake_openai.request_count == 1
+
+
+async def test_a_run_longer_than_the_drain_is_interrupted_not_lost(
+    engine: AsyncEngine,
+    settings: Settings,
+    fake_openai: FakeOpenAIServer,  # noqa: F811
+    fake_agent: FakeAgent,  # noqa: F811
+    broker: dramatiq.Broker,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    agent = await fake_agent()
+    fake_openai.enqueue(text_reply("Never delivered.", delay_seconds=120))
+    env = settings_env(settings, worker_drain_seconds=1)
+    with processes([WORKER], env=env, log_dir=tmp_path) as (worker,):
+        run = await request_run(
+            engine,
+            agent["id"],
+            trigger=RunTrigger.MANUAL,
+            now=datetime.now(UTC),
+            enqueue=enqueue_execute,
+        )
+        await eventually(lambda: _running(engine, run.id), what="the run to be in flight")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(EXIT_WITHIN_SECONDS) == 0
+    row = await run_row(engine, run.id)
+    assert (row["state"], row["reason"], row["error"]) == ("failed", "error", INTERRUPTED_ERROR)
+    # The next worker (the replacement pod) runs the agent again; the interrupted run stays put.
+    fake_openai.enqueue(text_reply("Next one."))
+    with processes([WORKER], env=settings_env(settings), log_dir=tmp_path):
+        again = await request_run(
+            engine,
+            agent["id"],
+            trigger=RunTrigger.MANUAL,
+            now=datetime.now(UTC),
+            enqueue=enqueue_execute,
+        )
+
+        async def succeeded() -> bool:
+            return bool((await run_row(engine, again.id))["state"] == "succeeded")
+
+        await eventually(succeeded, what="the next run to succeed")
+    assert (await run_row(engine, run.id))["error"] == INTERRUPTED_ERROR
+    assert fake_openai.request_count == 2
