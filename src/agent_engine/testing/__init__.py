@@ -5,8 +5,10 @@ from agent_engine.testing.fake_openai import (
     FakeReply,
     FakeToolCall,
     error_reply,
+    raw_reply,
     text_reply,
     tool_reply,
+    truncated_reply,
 )
 
 __all__ = [
@@ -14,6 +16,8 @@ __all__ = [
     "FakeReply",
     "FakeToolCall",
     "error_reply",
+    "raw_reply",
     "text_reply",
     "tool_reply",
+    "truncated_reply",
 ]

@@ -72,6 +72,21 @@ class FakeReply:
     retry_after_ms: int | None = 10
     # The standard `Retry-After` header of an error: delay-seconds ("1") or an HTTP date.
     retry_after: str | None = None
+    # A broken reply instead of the completion: this body as is (e.g. malformed JSON), with
+    # `content_type`; `truncated`: the body is cut short of the Content-Length it announces.
+    raw_body: str | None = None
+    content_type: str = "application/json"
+    truncated: bool = False
+
+
+def raw_reply(body: str, **kwargs: Any) -> FakeReply:
+    """A reply with this body (status 200 unless given), not a completion: malformed JSON etc."""
+    return FakeReply(raw_body=body, **kwargs)
+
+
+def truncated_reply(**kwargs: Any) -> FakeReply:
+    """A completion whose body stops half-way: the connection closes before Content-Length."""
+    return FakeReply(content="cut short", truncated=True, **kwargs)
 
 
 def text_reply(content: str, **kwargs: Any) -> FakeReply:
@@ -291,6 +306,12 @@ class FakeOpenAIServer(ServerThread):
                     headers["retry-after"] = reply.retry_after
                 kind = "server_error" if reply.status >= 500 else "invalid_request_error"
                 return _error(reply.status, reply.error_message, kind, headers)
+            if reply.raw_body is not None:
+                return Response(
+                    reply.raw_body, status_code=reply.status, media_type=reply.content_type
+                )
+            if reply.truncated:
+                return _Truncated(json.dumps(_completion(body, reply, number)).encode())
             return JSONResponse(_completion(body, reply, number), status_code=reply.status)
         finally:
             with self._lock:
@@ -308,6 +329,26 @@ class FakeOpenAIServer(ServerThread):
                 released.cancel()
         finally:
             stopping.cancel()
+
+
+class _Truncated(Response):
+    """Announces the whole body, sends half of it, and ends the connection."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(media_type="application/json")
+        self._whole = body
+        self.headers["content-length"] = str(len(body))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        # The server closes the connection when the app ends short of the announced length.
+        await send(
+            {
+                "type": "http.response.body",
+                "body": self._whole[: len(self._whole) // 2],
+                "more_body": False,
+            }
+        )
 
 
 def _error(

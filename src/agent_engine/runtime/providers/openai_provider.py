@@ -3,12 +3,17 @@
 The API key is never stored: the model row names the environment variable that holds it. Servers
 that need no key (vLLM, Ollama) get a placeholder, because the SDK insists on one.
 
-The request goes through the client's generic `post` (the SDK's documented way to send a request
-it has no typed method for) rather than `chat.completions.create`: same client, retries, timeout,
-auth, error mapping and `ChatCompletion` parsing, without `create`'s per-call recursive transform
-of the messages and tool schemas against the SDK's TypedDicts (a third of the SDK's CPU per call
-against a fast server). That transform only renames aliased fields and formats dates/files, and
-the plain text messages and function tools built here have neither.
+The chat call is a thin POST over the SDK client's own `httpx2` client (`_ThinCall`): the
+request (URL, the SDK's default and auth headers, timeout) is built once per client, the body is
+serialised with orjson and the reply read as a dict, so a call costs the HTTP exchange and not
+the SDK's per-call options copy, URL parsing, header building and `ChatCompletion` construction
+(~60 % of a call's CPU against a fast server; bench/README "issue 25"). What the SDK does well is
+kept: its client (connection pool, TLS, proxies from the environment), its error classes and their
+mapping (`_make_status_error_from_response`: `APIStatusError` subclasses with the provider's body;
+`APITimeoutError`; `APIConnectionError` for transport failures and truncated bodies), so the
+retry policy and the run's error below read the same exceptions as before. A reply whose JSON does
+not parse fails as the SDK's parsing failed (the same exception). `thin=False` sends through the
+SDK's generic `post(..., cast_to=ChatCompletion)` instead, the reference the tests compare with.
 
 Retries are ours, not the SDK's (its client is made with `max_retries=0`): a `429` or `503` (rate
 limit, overload) is waited out — `Retry-After` when the provider sends one, else exponential
@@ -26,11 +31,14 @@ import logging
 import math
 import os
 import random
+import ssl
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import anyio
 import httpx2  # the SDK's HTTP client (its dependency)
 import openai
+import orjson
 from openai.types.chat import ChatCompletion
 
 from agent_engine.runtime.providers.backoff import backoff_seconds, retry_after_seconds
@@ -61,6 +69,9 @@ MAX_ERROR_DETAIL_CHARS = 500
 CHAT_COMPLETIONS_PATH = "/chat/completions"
 # What `chat.completions.create` sends: the bearer API key.
 _REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
+# What the SDK turns into `APIConnectionError` (its own list: transport errors, TLS failures
+# anyio does not map, a body cut short).
+_CONNECTION_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
 
 
 def api_key_from_env(api_key_env: str | None) -> str:
@@ -80,9 +91,11 @@ class OpenAIProvider:
         timeout_seconds: float,
         max_retries: int = MAX_RETRIES,
         concurrency: int = 1,
+        thin: bool = True,
     ) -> None:
         """`concurrency`: how many calls may be in flight at once (the worker's in-flight
-        limit); it sizes the set of clients the calls are spread over."""
+        limit); it sizes the set of clients the calls are spread over. `thin=False`: through the
+        SDK's own request path (the reference of the thin call)."""
         self.base_url = base_url
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
@@ -100,7 +113,8 @@ class OpenAIProvider:
             )
             for _ in range(clients)
         ]
-        self._next_client = itertools.cycle(self._clients)
+        self._calls = [_ThinCall(client) if thin else _SdkCall(client) for client in self._clients]
+        self._next_call = itertools.cycle(self._calls)
 
     @property
     def _where(self) -> str:
@@ -119,16 +133,10 @@ class OpenAIProvider:
         )
         attempt = 0  # retries so far
         transient_retries = 0
-        client = next(self._next_client)
+        call = next(self._next_call)
         while True:
             try:
-                response = await client.post(
-                    CHAT_COMPLETIONS_PATH,
-                    body=body,
-                    cast_to=ChatCompletion,
-                    options=_REQUEST_OPTIONS,
-                )
-                return _reply(response, request)
+                return await call(body, request)
             except openai.OpenAIError as exc:
                 failure = self._failure(exc, request, attempts=attempt + 1)
                 rate_limited = (
@@ -229,6 +237,110 @@ def _reply(response: Any, request: ModelRequest) -> ModelReply:
         raw = {}
     return ModelReply(
         content=message.content,
+        tool_calls=tuple(calls),
+        tokens_used=tokens,
+        raw_usage=raw,
+        prompt_tokens=prompt,
+    )
+
+
+class _SdkCall:
+    """The chat call through the SDK's generic `post` (parsed into a `ChatCompletion`)."""
+
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client
+
+    async def __call__(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
+        response = await self._client.post(
+            CHAT_COMPLETIONS_PATH, body=body, cast_to=ChatCompletion, options=_REQUEST_OPTIONS
+        )
+        return _reply(response, request)
+
+
+class _ThinCall:
+    """The chat call as one POST on the SDK client's `httpx2` client, raising the SDK's errors.
+
+    Built once per client: the URL (the SDK's base URL joined as it joins it), the headers the
+    SDK sends by default (user agent, JSON, the bearer key) and the client's timeout.
+    """
+
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client
+        base = client.base_url
+        self._url = base.copy_with(
+            raw_path=base.raw_path + CHAT_COMPLETIONS_PATH.lstrip("/").encode()
+        )
+        headers = {**client.default_headers, **client.auth_headers}
+        # The SDK leaves out headers set to its `Omit` marker (unset organisation, project).
+        self._headers = [(key, value) for key, value in headers.items() if isinstance(value, str)]
+        timeout = client.timeout
+        if not isinstance(timeout, httpx2.Timeout):
+            timeout = httpx2.Timeout(cast(Any, timeout))
+        self._extensions = {"timeout": timeout.as_dict()}
+
+    async def __call__(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
+        http = self._client._client
+        sent = httpx2.Request(
+            "POST",
+            self._url,
+            headers=self._headers,
+            content=orjson.dumps(body),
+            extensions=self._extensions,
+        )
+        try:
+            response = await http.send(sent)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=sent) from exc
+        except openai.OpenAIError:
+            raise
+        except _CONNECTION_ERRORS as exc:
+            raise openai.APIConnectionError(request=sent) from exc
+        if response.status_code >= 400:
+            raise self._client._make_status_error_from_response(response)
+        return _reply_from_json(_json_of(response), request)
+
+
+def _json_of(response: httpx2.Response) -> Any:
+    """The reply's JSON as the SDK reads it: a body that does not parse raises the SDK's parse
+    error when the reply says it is JSON, and is the (choice-less) text otherwise."""
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        content_type = response.headers.get("content-type", "*").split(";")[0]
+        if content_type.endswith("json"):
+            return response.json()  # raises as the SDK's `response.json()` does
+        return response.text
+
+
+def _reply_from_json(data: Any, request: ModelRequest) -> ModelReply:
+    """`_reply` for the reply as JSON (the fields `_reply` reads of a `ChatCompletion`)."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices:
+        raise ProviderError(f"model {request.model!r} returned no choices")
+    message = choices[0]["message"]
+    calls: list[ToolCall] = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function")
+        if function is None:  # a non-function tool call type: nothing we offered
+            continue
+        calls.append(
+            ToolCall(
+                id=call["id"], name=function["name"], arguments=function.get("arguments") or ""
+            )
+        )
+    content = message.get("content")
+    usage = data.get("usage")
+    if usage is not None and usage.get("total_tokens") is not None:
+        tokens = int(usage["total_tokens"])
+        prompt = int(usage.get("prompt_tokens") or 0)
+        raw = dict(usage)
+    else:
+        # No reported usage (some compatible servers): estimate, so budgets still hold.
+        prompt = estimate_tokens(request.messages, request.tools)
+        tokens = prompt + estimate_tokens(content or "", [c.arguments for c in calls])
+        raw = {}
+    return ModelReply(
+        content=content,
         tool_calls=tuple(calls),
         tokens_used=tokens,
         raw_usage=raw,
