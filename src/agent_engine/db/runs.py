@@ -201,6 +201,33 @@ START = text(
     " WHERE id = :run_id AND state = 'queued' RETURNING id) " + FIRST_STEP_INSERT
 )
 
+# The claim of the common case in one statement (autocommit, no BEGIN/COMMIT): queued → running
+# with its first step, when the gate is open, the model has no concurrency limit, the platform
+# settings are the ones the caller expects (`:platform`, from which it computed `:cap` and the budget
+# week `:week_start`/`:week_end`) and the owner's week is under the cap. Otherwise nothing is
+# written and the caller claims in a transaction (`CLAIM_READ` …), which settles every other case.
+# The row comes back either way, with `started` saying whether this statement started the run.
+CLAIM_AT_ONCE = text(
+    "WITH c AS (SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
+    " a.model_id AS agent_model_id, r.model_id AS run_model_id, m.max_concurrent_runs,"
+    + CONTEXT_COLUMNS
+    + CONTEXT_FROM
+    + " FOR UPDATE OF r),"
+    " started AS (UPDATE agent_runs SET state = 'running', started_at = now(),"
+    " heartbeat_at = now(), model_id = c.agent_model_id FROM c"
+    " WHERE agent_runs.id = :run_id AND agent_runs.state = 'queued'"
+    " AND c.enabled AND NOT c.admin_paused AND c.has_model AND c.max_concurrent_runs IS NULL"
+    " AND c.platform = CAST(:platform AS jsonb)"
+    " AND CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
+    "   (SELECT COALESCE(SUM(w.tokens_used), 0) FROM agents o JOIN agent_runs w"
+    "    ON w.agent_id = o.id WHERE o.user_id = c.owner_id"
+    "    AND w.finished_at >= :week_start AND w.finished_at < :week_end) < CAST(:cap AS bigint)"
+    " END RETURNING agent_runs.id),"
+    " first_step AS (INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
+    " SELECT started.id, 0, 'model_call', COALESCE(c.model, ''), :now FROM started, c)"
+    " SELECT c.*, EXISTS (SELECT 1 FROM started) AS started FROM c"
+)
+
 # A run left waiting joins its model's line (the owner may have switched models since the request).
 REQUEUE_FOR_MODEL = text(
     "UPDATE agent_runs SET model_id = :model_id WHERE id = :run_id AND state = 'queued'"
@@ -238,6 +265,10 @@ FINISH = text(
     " completion_tokens = GREATEST(completion_tokens, :completion_tokens),"
     " finished_at = now(), heartbeat_at = now()"
     " WHERE id = :run_id AND state = 'running'"
+    # What the budget-alert check after the finish needs (runs/alerts.py): no second read.
+    " RETURNING (SELECT a.user_id FROM agents a WHERE a.id = agent_runs.agent_id) AS owner_id,"
+    " (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
+    " AS platform"
 )
 
 # --- cancel -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ The insert's trigger NOTIFYs `budget_alert_events` (the `budgetAlerts` subscript
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -30,21 +31,33 @@ log = structlog.get_logger(__name__)
 
 
 async def record_alerts_after_finish(
-    engine: AsyncEngine, run_id: int, *, now: datetime
+    engine: AsyncEngine, run_id: int, *, now: datetime, owner_and_settings: Any = None
 ) -> list[BudgetAlert]:
     """The thresholds the run's owner has crossed this week and that were not recorded yet.
+
+    `owner_and_settings`: a row with the run's `owner_id` and the `platform` settings, when the
+    finish statement returned them (`db.runs.FINISH`); else they are read here. Without a cap no
+    statement runs at all.
 
     Never raises: the run is finished already, and a failed check is made good by the owner's next
     finishing run (it records every threshold reached and not yet recorded).
     """
     try:
+        found = owner_and_settings
+        if found is not None:
+            if found.owner_id is None:  # the agent was deleted meanwhile
+                return []
+            platform = PlatformSettings.from_rows(found.platform or {})
+            if platform.weekly_token_cap is None or not platform.budget_alert_percents:
+                return []
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            found = (
-                await conn.execute(alerts_sql.OWNER_AND_SETTINGS_OF_RUN, {"run_id": run_id})
-            ).first()
-            if found is None:  # the agent was deleted meanwhile
-                return []
+            if found is None:
+                found = (
+                    await conn.execute(alerts_sql.OWNER_AND_SETTINGS_OF_RUN, {"run_id": run_id})
+                ).first()
+                if found is None:  # the agent was deleted meanwhile
+                    return []
             platform = PlatformSettings.from_rows(found.platform or {})
             return await record_crossed_thresholds(
                 conn, int(found.owner_id), now=now, platform=platform

@@ -3,19 +3,27 @@ waiting for a slot of its model.
 
 The claim is one transaction around one locking read of the run with its agent, model, context
 and the platform settings: a redelivered or duplicate message finds the run no longer `queued`
-and changes nothing.
+and changes nothing. The common case — gate open, no model limit, budget left — is first tried as
+one statement (`db.runs.CLAIM_AT_ONCE`, a compare-and-set with the gate and the budget sum in its
+WHERE): one round trip instead of five. It needs the platform settings to compute the budget week
+and the cap, so it uses the ones this process saw last, and the statement itself checks that they
+are still the stored ones; when they are not (or the run is not a plain start), it writes nothing
+and the transaction below decides, as before.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import PlatformSettings
+from agent_engine.domain.budget import week_window
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
 from agent_engine.runs import model_slots
@@ -66,10 +74,69 @@ async def claim_run(
     return claim
 
 
+@dataclass(frozen=True)
+class _SeenPlatform:
+    """The platform settings as last read by a claim of this process (stored JSON, parsed)."""
+
+    stored: str
+    settings: PlatformSettings
+
+
+_seen_platform: _SeenPlatform | None = None
+
+
+def _remember_platform(stored: dict[str, Any] | None) -> PlatformSettings:
+    global _seen_platform
+    values = stored or {}
+    settings = PlatformSettings.from_rows(values)
+    _seen_platform = _SeenPlatform(json.dumps(values), settings)
+    return settings
+
+
+async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim | None:
+    """The plain start in one statement; None when the transaction must decide."""
+    seen = _seen_platform
+    if seen is None:
+        return None
+    cap = seen.settings.weekly_token_cap
+    week = week_window(now, seen.settings.zone)
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        row = (
+            await conn.execute(
+                runs_sql.CLAIM_AT_ONCE,
+                {
+                    "run_id": run_id,
+                    "platform": seen.stored,
+                    "cap": cap,
+                    "week_start": week.start,
+                    "week_end": week.end,
+                    "now": utc_now(),
+                },
+            )
+        ).one_or_none()
+    if row is None:
+        return Claim(run_id, None)
+    if not row.started:
+        return None
+    return Claim(
+        run_id,
+        RunState.RUNNING,
+        context=run_context_from_row(row, platform=seen.settings),
+        model_id=row.agent_model_id,
+        model_limit=None,
+    )
+
+
 async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
+    at_once = await _claim_at_once(engine, run_id, now=now)
+    if at_once is not None:
+        return at_once
     async with engine.begin() as conn:
         # The row lock serialises duplicate messages: the second one reads the new state.
         row = (await conn.execute(runs_sql.CLAIM_READ, {"run_id": run_id})).one_or_none()
+        if row is not None:
+            _remember_platform(row.platform)
         if row is None or row.state != RunState.QUEUED:
             return Claim(run_id, None)
         model_id = row.agent_model_id

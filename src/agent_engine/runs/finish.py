@@ -14,7 +14,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import TextClause
+from sqlalchemy import Row, TextClause
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -117,7 +117,7 @@ async def finish(
     give_up_at = asyncio.get_running_loop().time() + FINISH_RETRY_SECONDS
     while True:
         try:
-            rowcount = await _write_one(engine, runs_sql.FINISH, params)
+            finished = await _write_one_returning(engine, runs_sql.FINISH, params)
             break
         except (DBAPIError, OSError):
             # The database is unreachable: try again for a while. A finish that lands after the
@@ -127,7 +127,7 @@ async def finish(
             log.warning("run %s: could not write its finish; retrying", run_id, exc_info=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, FINISH_RETRY_MAX_DELAY_SECONDS)
-    if rowcount == 0:
+    if finished is None:
         log.warning("run %s was no longer running at its finish; nothing written", run_id)
         return None
     log.info(
@@ -137,7 +137,9 @@ async def finish(
     # The finish above fixed the run's cost (a trigger). Now the owner's budget thresholds it
     # took the week across are recorded, once each (see runs/alerts.py for why this is race-safe
     # after the commit). Never raises.
-    await record_alerts_after_finish(engine, run_id, now=datetime.now(UTC))
+    await record_alerts_after_finish(
+        engine, run_id, now=datetime.now(UTC), owner_and_settings=finished
+    )
     return state
 
 
@@ -152,6 +154,22 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
                 result = await conn.execute(statement, params)
                 return int(result.rowcount)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:
+                raise
+            log.warning("a pooled connection was dead (database restart?); retrying once")
+    raise AssertionError("unreachable")
+
+
+async def _write_one_returning(
+    engine: AsyncEngine, statement: TextClause, params: dict[str, Any]
+) -> Row[Any] | None:
+    """`_write_one` for a compare-and-set with RETURNING: the row written, None if none."""
+    for attempt in range(1, SINGLE_WRITE_ATTEMPTS + 1):
+        try:
+            async with engine.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                return (await conn.execute(statement, params)).first()
         except DBAPIError as exc:
             if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:
                 raise

@@ -1,0 +1,147 @@
+"""What a one-call run costs the database, counted on the wire (a relay in front of PostgreSQL):
+the claim in one statement, the finish in one, the budget-alert check in one — and the one-statement
+claim keeps every refusal the transactional claim makes (budget, gate, settings changed since)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.db.engine import create_engine_for_url
+from agent_engine.db.platform import WEEKLY_TOKEN_CAP
+from agent_engine.domain.runs import RunState
+from agent_engine.runs.execute import execute_run
+from agent_engine.runtime.loop import Runtime
+from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from tests.integration.runs.support import FakeAgent, fetch, run_row
+from tests.integration.runs.test_execute import queued_run
+from tests.support.factories import Factories
+from tests.support.pg_wire import RoundTrips, counting_relay
+
+MAX_ROUND_TRIPS_PER_RUN = 3
+
+
+@pytest.fixture
+async def counted(database_url: str) -> AsyncIterator[tuple[AsyncEngine, RoundTrips]]:
+    """An engine of one pooled connection through the counting relay (as a worker's, no
+    pre-ping)."""
+    async with counting_relay(database_url) as (url, trips):
+        engine = create_engine_for_url(url, pool_size=1, pre_ping=False, max_overflow=0)
+        try:
+            yield engine, trips
+        finally:
+            await engine.dispose()
+
+
+async def _run_once(
+    engine: AsyncEngine, counted: AsyncEngine, runtime: Runtime, agent_id: int
+) -> tuple[int, RunState | None]:
+    run_id = await queued_run(engine, agent_id)
+    return run_id, await execute_run(counted, runtime, run_id)
+
+
+async def test_a_one_call_run_costs_three_round_trips_with_a_cap_and_two_without(
+    engine: AsyncEngine,
+    factories: Factories,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    counted: tuple[AsyncEngine, RoundTrips],
+) -> None:
+    counted_engine, trips = counted
+    await factories.setting(WEEKLY_TOKEN_CAP, 1_000_000)
+    agent = await fake_agent()
+    fake_openai.script(lambda _: text_reply("Done.", prompt_tokens=30, completion_tokens=12))
+    async with Runtime(counted_engine) as runtime:
+        # Warm: the first claim of the process reads the settings in its transaction, and the
+        # connection prepares each statement once.
+        for _ in range(2):
+            await _run_once(engine, counted_engine, runtime, agent["id"])
+
+        trips.count = 0
+        run_id, state = await _run_once(engine, counted_engine, runtime, agent["id"])
+        with_cap = trips.count
+
+        await factories.setting(WEEKLY_TOKEN_CAP, None)
+        await _run_once(engine, counted_engine, runtime, agent["id"])  # settings changed: warm
+        trips.count = 0
+        await _run_once(engine, counted_engine, runtime, agent["id"])
+        without_cap = trips.count
+
+    assert state is RunState.SUCCEEDED
+    row = await run_row(engine, run_id)
+    assert (row["state"], row["output"], row["tokens_used"]) == ("succeeded", "Done.", 42)
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (30, 12)
+    steps = await fetch(engine, "SELECT * FROM agent_run_steps WHERE run_id = :r", r=run_id)
+    assert [(s["index"], s["kind"], s["output"], s["finished_at"] is not None) for s in steps] == [
+        (0, "model_call", "Done.", True)
+    ]
+    # claim, finish, the week's sum for the budget alerts; no cap: no sum
+    assert with_cap <= MAX_ROUND_TRIPS_PER_RUN, trips.statements
+    assert without_cap <= with_cap - 1
+
+
+async def test_the_one_statement_claim_refuses_what_the_transaction_refuses(
+    engine: AsyncEngine,
+    factories: Factories,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    runtime: Runtime,
+) -> None:
+    owner = await factories.user()
+    agent = await fake_agent(user_id=owner["id"])
+    sibling = await fake_agent(user_id=owner["id"])
+    await factories.setting(WEEKLY_TOKEN_CAP, 100)
+    # Warm: this process has seen these settings.
+    run_id, state = await _run_once(engine, engine, runtime, agent["id"])
+    assert state is RunState.SUCCEEDED
+    spent = (await run_row(engine, run_id))["tokens_used"]
+
+    async def claimed_after(
+        meanwhile: Callable[[], Awaitable[None]],
+    ) -> tuple[int, RunState | None]:
+        run_id = await queued_run(engine, agent["id"])
+        await meanwhile()
+        return run_id, await execute_run(engine, runtime, run_id)
+
+    # The week's spend reached the cap after the request (the settings unchanged): skipped.
+    async def spend() -> None:
+        await factories.run(sibling["id"], state="succeeded", tokens_used=100, finished_at=now())
+
+    run_id, state = await claimed_after(spend)
+    assert state is RunState.SKIPPED
+    assert (await run_row(engine, run_id))["reason"] == "budget_exceeded"
+
+    # The cap raised since this process last read it: the stored value counts.
+    await factories.setting(WEEKLY_TOKEN_CAP, 10_000)
+    run_id, state = await _run_once(engine, engine, runtime, agent["id"])
+    assert state is RunState.SUCCEEDED
+
+    # Lowered after the request: refused with the stored cap, not the one seen last.
+    async def lower() -> None:
+        await factories.setting(WEEKLY_TOKEN_CAP, 100 + spent)
+
+    run_id, state = await claimed_after(lower)
+    assert state is RunState.SKIPPED
+
+    # The gate closed after the request: failed at the claim, the model never called.
+    await factories.setting(WEEKLY_TOKEN_CAP, None)
+    calls = fake_openai.request_count
+
+    async def lock() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE agents SET admin_paused = true WHERE id = :a"), {"a": agent["id"]}
+            )
+
+    run_id, state = await claimed_after(lock)
+    assert state is RunState.FAILED
+    assert "admin" in (await run_row(engine, run_id))["error"].lower()
+    assert fake_openai.request_count == calls
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
