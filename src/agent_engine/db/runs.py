@@ -203,9 +203,10 @@ START = text(
 
 # The claim of the common case in one statement (autocommit, no BEGIN/COMMIT): queued → running
 # with its first step, when the gate is open, the model has no concurrency limit, the platform
-# settings are the ones the caller expects (`:platform`, from which it computed `:cap` and the budget
-# week `:week_start`/`:week_end`) and the owner's week is under the cap. Otherwise nothing is
-# written and the caller claims in a transaction (`CLAIM_READ` …), which settles every other case.
+# settings are the ones the caller expects (`:platform`, from which it computed `:cap` and the
+# budget week `:week_start`/`:week_end`) and the owner's week is under the cap. Otherwise nothing
+# is written and the caller claims in a transaction (`CLAIM_READ` …), which settles every other
+# case.
 # The row comes back either way, with `started` saying whether this statement started the run.
 CLAIM_AT_ONCE = text(
     "WITH c AS (SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
