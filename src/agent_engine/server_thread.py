@@ -66,7 +66,7 @@ class ServerThread(abc.ABC):
             timeout_graceful_shutdown=self.graceful_shutdown_seconds,
         )
         server = self._server = uvicorn.Server(config)
-        loop = self._loop = _new_event_loop()
+        loop = self._loop = new_event_loop()
 
         def serve() -> None:
             try:
@@ -109,7 +109,7 @@ class ServerThread(abc.ABC):
         self.stop()
 
 
-def _new_event_loop() -> asyncio.AbstractEventLoop:
+def new_event_loop() -> asyncio.AbstractEventLoop:
     """uvloop when installed (uvicorn[standard] brings it): thousands of slow requests at once."""
     try:
         import uvloop  # optional, so looked up when a loop is made

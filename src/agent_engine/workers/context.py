@@ -52,7 +52,10 @@ class WorkerContext:
     def engine(self) -> AsyncEngine:
         if self._engine is None:
             # No pre-ping: a dead pooled connection fails the actor, and Dramatiq retries it.
-            self._engine = create_engine(self.settings, pre_ping=False)
+            # Connections kept open (same ceiling): with runs in flight the overflow was opened
+            # and closed again around nearly every claim and finish (a new session, TLS attempt
+            # and statement preparation each time).
+            self._engine = create_engine(self.settings, pre_ping=False, keep_connections=True)
         return self._engine
 
     @property
