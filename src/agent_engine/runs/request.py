@@ -35,6 +35,8 @@ Enqueue = Callable[[int], None]
 # Redis and RabbitMQ brokers of Dramatiq are thread-safe for sending). Small sends use one thread.
 SEND_THREADS = 4
 SEND_MESSAGES_PER_THREAD_MIN = 16
+# A sender with `many` (the broker's) sends this many messages per round trip.
+SEND_BATCH = 250
 _FOREIGN_KEY_VIOLATION = "23503"
 
 
@@ -121,9 +123,25 @@ async def send_after_commit(enqueue: Enqueue, run_ids: Iterable[int]) -> None:
             except Exception:
                 log.exception("could not send the execute message for run %s", run_id)
 
-    threads = max(1, min(SEND_THREADS, len(ids) // SEND_MESSAGES_PER_THREAD_MIN))
     loop = asyncio.get_running_loop()
     executor = _send_executor()
+    many = getattr(enqueue, "many", None)
+    if many is not None and len(ids) > 1:
+        # The broker sends a batch in one round trip (`workers.broker.enqueue_execute.many`).
+        def send_batch(chunk: list[int]) -> None:
+            try:
+                many(chunk)
+            except Exception:
+                log.exception("could not send the execute messages of %d runs", len(chunk))
+
+        await asyncio.gather(
+            *(
+                loop.run_in_executor(executor, send_batch, ids[i : i + SEND_BATCH])
+                for i in range(0, len(ids), SEND_BATCH)
+            )
+        )
+        return
+    threads = max(1, min(SEND_THREADS, len(ids) // SEND_MESSAGES_PER_THREAD_MIN))
     await asyncio.gather(
         *(loop.run_in_executor(executor, send_all, ids[i::threads]) for i in range(threads))
     )

@@ -2,7 +2,8 @@
 
 Redis (Valkey) from `REDIS_URL` by default; `BROKER_URL=amqp://…` selects RabbitMQ. The API, the
 clock and the workers all call `configure_broker(settings)` once at start-up; after that
-`enqueue_execute(run_id)` sends an execute message from any thread of the process.
+`enqueue_execute(run_id)` sends an execute message from any thread of the process, and
+`enqueue_execute.many(run_ids)` a batch of them in one round trip.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from uuid import uuid4
 
 import dramatiq
 import redis.asyncio as aioredis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.common import current_millis
 
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import Actors, declare_actors
@@ -66,7 +72,6 @@ def _make_broker(settings: Settings) -> dramatiq.Broker:
 
         return RabbitmqBroker(url=_with_amqp_timeouts(url, timeout))
     import redis
-    from dramatiq.brokers.redis import RedisBroker
 
     # Dramatiq passes no options to a pool it builds from a URL: build the pool ourselves.
     pool = redis.ConnectionPool.from_url(
@@ -94,9 +99,59 @@ def actors() -> Actors:
     return _configured[2]
 
 
-def enqueue_execute(run_id: int) -> None:
-    """Send the execute message for a committed `queued` run."""
-    actors().execute_run.send(run_id)
+class _ExecuteSender:
+    """`enqueue_execute(run_id)` sends the execute message for a committed `queued` run;
+    `enqueue_execute.many(run_ids)` sends many (the schedule tick's batch) in one Redis round
+    trip (`send_pipelined`), or one by one on another broker."""
+
+    def __call__(self, run_id: int) -> None:
+        actors().execute_run.send(run_id)
+
+    def many(self, run_ids: Sequence[int]) -> None:
+        actor = actors().execute_run
+        broker = actor.broker
+        if not isinstance(broker, RedisBroker):
+            for run_id in run_ids:
+                actor.send(run_id)
+            return
+        send_pipelined(broker, [actor.message(run_id) for run_id in run_ids])
+
+
+enqueue_execute = _ExecuteSender()
+
+
+def send_pipelined(broker: RedisBroker, messages: Sequence[dramatiq.Message[Any]]) -> None:
+    """`RedisBroker.enqueue` for many messages (no delay) in one pipeline: each message gets its
+    Redis id and the broker's enqueue middleware hooks, and the broker's own `dispatch` script
+    (the one `enqueue` runs) is called for each with the same arguments — only the round trips
+    are shared. Dramatiq has no batch API; this follows `RedisBroker.enqueue` of dramatiq 2.x."""
+    if not messages:
+        return
+    b: Any = broker  # the attributes `enqueue` reads, not typed by dramatiq
+    dispatch = b.scripts["dispatch"]
+    keys = [b.namespace]
+    pipe = b.client.pipeline(transaction=False)
+    sent = []
+    for message in messages:
+        message = message.copy(options={"redis_message_id": str(uuid4())})
+        broker.emit_before("enqueue", message, None)
+        args = [
+            "enqueue",
+            current_millis(),
+            message.queue_name,
+            b.broker_id,
+            b.heartbeat_timeout,
+            b.dead_message_ttl,
+            b._should_do_maintenance("enqueue"),
+            b._max_unpack_size(),
+            message.options["redis_message_id"],
+            message.encode(),
+        ]
+        dispatch(keys=keys, args=args, client=pipe)
+        sent.append(message)
+    pipe.execute()
+    for message in sent:
+        broker.emit_after("enqueue", message, None)
 
 
 def enqueue_delivery(delivery_id: int, token: str) -> None:

@@ -9,7 +9,7 @@ import dramatiq
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.domain.runs import RunTrigger
-from agent_engine.runs.request import request_run
+from agent_engine.runs.request import SEND_BATCH, request_run
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute, send_reap_tick, send_schedule_tick
@@ -50,6 +50,37 @@ async def test_scheduled_agent_runs_to_success_and_its_slot_advances(
     assert run["tokens_used"] == 15
     (stored,) = await fetch(engine, "SELECT next_run_at FROM agents WHERE id = :a", a=agent["id"])
     assert stored["next_run_at"] == fired + timedelta(hours=1)
+
+
+async def test_a_tick_of_many_due_agents_sends_their_messages_in_batches_each_run_once(
+    engine: AsyncEngine,
+    broker: dramatiq.Broker,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: EngineWorker,
+) -> None:
+    fired = now() - timedelta(seconds=1)
+    agents = [
+        await fake_agent(schedule={"type": "interval", "every_hours": 1}, next_run_at=fired)
+        for _ in range(2 * SEND_BATCH + 7)  # three pipelines, the last one short
+    ]
+    ids = [agent["id"] for agent in agents]
+
+    send_schedule_tick()
+
+    async def all_succeeded() -> list[dict[str, object]]:
+        runs = await fetch(
+            engine,
+            "SELECT agent_id, state FROM agent_runs WHERE agent_id = ANY(:ids)",
+            ids=ids,
+        )
+        done = [r for r in runs if r["state"] == "succeeded"]
+        return runs if len(done) == len(ids) else []
+
+    runs = await eventually(all_succeeded, within=120, what="every scheduled run to succeed")
+    await messages_settled(broker, worker)
+    assert sorted(r["agent_id"] for r in runs) == sorted(ids)  # one run each
+    assert fake_openai.request_count == len(ids)  # each executed once
 
 
 async def test_the_same_message_delivered_twice_executes_once(
