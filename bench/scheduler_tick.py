@@ -83,13 +83,23 @@ async def engine_round(bench: Bench, url: str, agents: int) -> dict[str, Any]:
             await conn.exec_driver_sql("SELECT 1")
         send_seconds = 0.0
 
-        def timed_enqueue(run_id: int) -> None:
-            # The same send, timed: how much of the tick is the broker.
-            nonlocal send_seconds
-            begun = time.perf_counter()
-            enqueue_execute(run_id)
-            send_seconds += time.perf_counter() - begun
+        class TimedEnqueue:
+            """The same sends (one, or a batch pipelined), timed: how much of the tick is the
+            broker."""
 
+            def __call__(self, run_id: int) -> None:
+                nonlocal send_seconds
+                begun = time.perf_counter()
+                enqueue_execute(run_id)
+                send_seconds += time.perf_counter() - begun
+
+            def many(self, run_ids: list[int]) -> None:
+                nonlocal send_seconds
+                begun = time.perf_counter()
+                enqueue_execute.many(run_ids)
+                send_seconds += time.perf_counter() - begun
+
+        timed_enqueue = TimedEnqueue()
         now = datetime.now(UTC)
         started = time.perf_counter()
         claimed = await schedule_due_agents(
