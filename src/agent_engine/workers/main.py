@@ -29,6 +29,7 @@ from typing import Any
 import dramatiq
 
 from agent_engine.observability.logging import configure_logging
+from agent_engine.runtime.providers import openai_provider
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import (
     DELIVERIES_QUEUE,
@@ -99,6 +100,7 @@ def start_worker(
     """Start the workers in this process; the caller stops them with `stop_worker`. Also for
     tests."""
     broker = configure_broker(settings)
+    openai_provider.warm_up()  # not inside the first burst of runs
     chosen = queues or set(QUEUES)
     runs = ticks = None
     # Deliveries ride with the ticks: their actor only hands an attempt to a task and returns.

@@ -26,6 +26,7 @@ fail at once with the provider's message. Only answered calls report usage, so o
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -74,6 +75,19 @@ _REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 _CONNECTION_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The process's TLS context for model endpoints (the CA store loaded once, shared by every
+    provider and key). A worker makes it at start (`warm_up`), not inside its first burst."""
+    return httpx2.create_ssl_context()
+
+
+def warm_up() -> None:
+    """Load what the first model call would otherwise load in the middle of a burst: the HTTP
+    stack's modules (httpx2 imports httpcore2 and h11 on first use) and the TLS context."""
+    tls_context()
+
+
 def api_key_from_env(api_key_env: str | None) -> str:
     if api_key_env:
         value = os.environ.get(api_key_env)
@@ -102,7 +116,7 @@ class OpenAIProvider:
         self._rng = random.Random()
         clients = max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
         # One TLS context for all of them: loading the CA store costs ~0.2 s of CPU and a few MiB.
-        tls = httpx2.create_ssl_context()
+        tls = tls_context()
         self._clients = [
             openai.AsyncOpenAI(
                 base_url=base_url,
