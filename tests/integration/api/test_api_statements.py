@@ -152,3 +152,30 @@ async def test_a_page_of_runs_with_steps_and_deliveries_costs_the_same_for_10_an
         }
         counts[size] = len(statements)
     assert counts[10] == counts[100], counts
+
+
+RELATIONS = "id model { name } tools { name } lastRun { id state } activeRun { id state }"
+
+
+async def test_a_pages_prefetched_relations_answer_what_each_agent_answers(
+    api: Api, factories: Factories
+) -> None:
+    owner = 53
+    await factories.user(id=owner)
+    await _agents_with_relations(factories, owner, 3)
+    bare = await factories.agent(user_id=owner, model_id=None, name="bare")  # no relations at all
+    token = api.token(owner)
+
+    page = await api.data(f"{{ viewer {{ agents {{ {RELATIONS} }} }} }}", None, token)
+    one_by_one = [
+        (
+            await api.data(
+                f"query($id: ID!) {{ agent(id: $id) {{ {RELATIONS} }} }}", {"id": a["id"]}, token
+            )
+        )["agent"]
+        for a in page["viewer"]["agents"]
+    ]
+
+    assert page["viewer"]["agents"] == one_by_one
+    assert {a["id"] for a in one_by_one} >= {str(bare["id"])}
+    assert all(a["lastRun"]["state"] == "SUCCEEDED" for a in one_by_one if a["model"])
