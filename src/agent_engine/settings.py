@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_engine.domain.credentials import parse_prefixes
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -41,6 +43,14 @@ class Settings(BaseSettings):
     jwt_public_key_file: Path | None = Field(default=None, description="File with the PEM key.")
     jwt_audience: str | None = Field(default=None, description="Required `aud`, if set.")
     jwt_issuer: str | None = Field(default=None, description="Required `iss`, if set.")
+
+    credential_env_prefixes: str = Field(
+        default="",
+        description=(
+            "Comma-separated prefixes a model's apiKeyEnv (or a tool source's authEnv) must "
+            "start with; empty = any variable that is not an engine setting."
+        ),
+    )
 
     heartbeat_interval_seconds: float = Field(default=30.0, gt=0)
     stale_after_seconds: float = Field(default=90.0, gt=0)
@@ -149,6 +159,10 @@ class Settings(BaseSettings):
         if any(s < 0 for s in value):
             raise ValueError("waits must be zero or more seconds")
         return value
+
+    @property
+    def credential_prefixes(self) -> tuple[str, ...]:
+        return parse_prefixes(self.credential_env_prefixes)
 
     @property
     def effective_broker_url(self) -> str | None:

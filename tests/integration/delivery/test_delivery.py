@@ -131,7 +131,11 @@ async def test_a_receiver_that_is_down_ends_failed_with_the_last_error(
     # The schedule has two waits: three attempts, then failed.
     assert (delivery["status"], delivery["attempts"]) == ("FAILED", 3)
     assert delivery["lastStatusCode"] is None
-    assert "ConnectError" in delivery["lastError"]
+    # The owner reads which target and what kind of failure; never where it lives.
+    assert delivery["lastError"] == "target 'Ops hook' is unreachable"
+    port = nobody.split(":")[2].split("/")[0]
+    for leak in ("127.0.0.1", port, "/hooks", "http"):
+        assert leak not in delivery["lastError"]
 
 
 async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
@@ -155,9 +159,10 @@ async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
     assert (run["state"], run["output"]) == ("SUCCEEDED", "Done.")
     (delivery,) = run["deliveries"]
     assert delivery["status"] == "FAILED"
+    # The variable's name is the admin's: the owner reads that the target is misconfigured.
     assert delivery["lastError"] == (
-        "the signing secret is missing: environment variable AGENT_ENGINE_TEST_UNSET_SECRET is"
-        " not set on the worker"
+        "target 'Ops hook': its signing secret is not configured on the workers (an admin must"
+        " fix it; details in the worker log)"
     )
 
 

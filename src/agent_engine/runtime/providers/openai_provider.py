@@ -162,20 +162,18 @@ class OpenAIProvider:
     def _failure(
         self, exc: openai.OpenAIError, request: ModelRequest, *, attempts: int
     ) -> ProviderError:
-        """The journal's `error` for a failed call: what failed and where, never the key."""
-        if isinstance(exc, openai.APITimeoutError):
-            return ProviderError(
-                f"model call timed out after {self.timeout_seconds:g} s"
-                f" (model {request.model!r} at {self._where}, {attempts} attempts)"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return ProviderError(
-                f"model provider returned HTTP {exc.status_code} for model {request.model!r}"
-                f" at {self._where}: {_detail(exc)}"
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            return ProviderError(f"could not reach the model provider at {self._where}: {exc}")
-        return ProviderError(f"model provider error ({self._where}): {exc}")
+        """The journal's `error` for a failed call: the kind of failure only. Owners read it, so
+        it never names the endpoint (an admin's setting) nor repeats the reply's body (a remote
+        chose it); both go to the worker log, with the run's id bound by the worker."""
+        log.warning(
+            "model %r at %s failed after %d attempts: %s",
+            request.model,
+            self._where,
+            attempts,
+            _log_detail(exc),
+            extra={"model": request.model, "model_url": self._where, "attempts": attempts},
+        )
+        return ProviderError(failure_kind(exc, timeout_seconds=self.timeout_seconds))
 
     async def aclose(self) -> None:
         for client in self._clients:
@@ -196,6 +194,31 @@ def _wait_seconds(exc: openai.OpenAIError, attempt: int, rng: random.Random) -> 
     return backoff_seconds(attempt, rng=rng)
 
 
+def failure_kind(exc: openai.OpenAIError, *, timeout_seconds: float) -> str:
+    """The kind of a failed call in words an owner understands (no URL, host or body)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return f"timed out (no answer within {timeout_seconds:g} s)"
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        if code in (401, 403):
+            return f"the provider refused the credentials (HTTP {code})"
+        if code == 429:
+            return "rate limited by the provider (HTTP 429)"
+        if code >= 500:
+            return f"the provider failed (HTTP {code})"
+        return f"the provider refused the request (HTTP {code})"
+    if isinstance(exc, openai.APIConnectionError):
+        return "the provider is unreachable"
+    return "bad response from the provider"
+
+
+def _log_detail(exc: openai.OpenAIError) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {_detail(exc)}"
+    cause = exc.__cause__
+    return f"{type(exc).__name__}: {exc}" + (f" ({cause!r})" if cause is not None else "")
+
+
 def _detail(exc: openai.APIStatusError) -> str:
     body = exc.body
     message: object = None
@@ -209,7 +232,8 @@ def _detail(exc: openai.APIStatusError) -> str:
 def _reply(response: Any, request: ModelRequest) -> ModelReply:
     choices = getattr(response, "choices", None)
     if not choices:
-        raise ProviderError(f"model {request.model!r} returned no choices")
+        log.warning("model %r answered without choices", request.model)
+        raise ProviderError("bad response from the provider (no choices)")
     message = choices[0].message
     calls: list[ToolCall] = []
     for call in message.tool_calls or ():
