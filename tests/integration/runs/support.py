@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.settings import Settings
 
-FAKE_KEY_ENV = "AGENT_ENGINE_TEST_FAKE_OPENAI_KEY"
+# Not AGENT_ENGINE_*: the engine never sends its own settings as a model key.
+FAKE_KEY_ENV = "AE_TEST_FAKE_OPENAI_KEY"
 # The `fake_agent` fixture: `await fake_agent(**agent_values)` -> the agent row.
 FakeAgent = Callable[..., Awaitable[dict[str, Any]]]
 POLL_SECONDS = 0.05
