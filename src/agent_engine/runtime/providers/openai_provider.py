@@ -15,7 +15,9 @@ limit, overload) is waited out — `Retry-After` when the provider sends one, el
 backoff with jitter — for as long as the run's wall clock allows (`ModelRequest.deadline`), since
 the SDK's two quick retries end a run in the middle of a Monday-morning burst. Other transient
 failures (connection, timeout, 408/409/5xx) get `MAX_RETRIES` more attempts; `400`/`401`/`404`…
-fail at once with the provider's message. Only answered calls report usage, so only they count.
+fail at once. The run's error says the kind of failure (`failure_kind`), never the endpoint or
+the reply's body: those go to the worker log. Only answered calls report usage, so only they
+count.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class OpenAIProvider:
                 )
                 return _reply(response, request)
             except openai.OpenAIError as exc:
-                failure = self._failure(exc, request, attempts=attempt + 1)
+                failure = ProviderError(failure_kind(exc, timeout_seconds=self.timeout_seconds))
                 rate_limited = (
                     isinstance(exc, openai.APIStatusError)
                     and exc.status_code in RATE_LIMIT_STATUSES
@@ -139,12 +141,14 @@ class OpenAIProvider:
                     _transient(exc) and transient_retries < self.max_retries
                 )
                 if not retryable:
+                    self._log_failure(exc, request, attempts=attempt + 1)
                     raise failure from exc
                 attempt += 1
                 transient_retries += 0 if rate_limited else 1
                 wait = _wait_seconds(exc, attempt, self._rng)
                 if loop.time() + wait >= deadline:
                     waited = loop.time() - started
+                    self._log_failure(exc, request, attempts=attempt)
                     raise ProviderError(
                         f"{failure}; gave up after {attempt} attempts over {waited:.0f} s: the"
                         f" next try ({wait:.0f} s away) would pass the run's wall-clock limit"
@@ -159,12 +163,12 @@ class OpenAIProvider:
                 )
                 await asyncio.sleep(wait)
 
-    def _failure(
+    def _log_failure(
         self, exc: openai.OpenAIError, request: ModelRequest, *, attempts: int
-    ) -> ProviderError:
-        """The journal's `error` for a failed call: the kind of failure only. Owners read it, so
-        it never names the endpoint (an admin's setting) nor repeats the reply's body (a remote
-        chose it); both go to the worker log, with the run's id bound by the worker."""
+    ) -> None:
+        """The journal's `error` holds the kind of failure only (`failure_kind`): owners read it,
+        so it never names the endpoint (an admin's setting) nor repeats the reply's body (a
+        remote chose it). Both go to the worker log, where the worker bound the run's id."""
         log.warning(
             "model %r at %s failed after %d attempts: %s",
             request.model,
@@ -173,7 +177,6 @@ class OpenAIProvider:
             _log_detail(exc),
             extra={"model": request.model, "model_url": self._where, "attempts": attempts},
         )
-        return ProviderError(failure_kind(exc, timeout_seconds=self.timeout_seconds))
 
     async def aclose(self) -> None:
         for client in self._clients:
