@@ -8,10 +8,15 @@ from typing import Any
 import dramatiq
 import httpx
 from standardwebhooks.webhooks import Webhook
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.delivery.receiver import WebhookReceiver
 from agent_engine.embedded import free_port
+from agent_engine.server_thread import ServerThread
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from tests.integration.api.subscriptions.support import Server
 from tests.integration.delivery.conftest import SECRET_ENV
@@ -136,6 +141,39 @@ async def test_a_receiver_that_is_down_ends_failed_with_the_last_error(
     port = nobody.split(":")[2].split("/")[0]
     for leak in ("127.0.0.1", port, "/hooks", "http"):
         assert leak not in delivery["lastError"]
+
+
+class _LeakyReceiver(ServerThread):
+    """A receiver that fails with internals in its body (a stack trace, a token)."""
+
+    def app(self) -> Starlette:
+        async def hook(request: Request) -> Response:
+            return PlainTextResponse(LEAKY_BODY, status_code=500)
+
+        return Starlette(routes=[Route("/hooks", hook, methods=["POST"])])
+
+
+LEAKY_BODY = "Traceback: db password=hunter2 at internal-db.corp:5432"
+
+
+async def test_an_error_answer_shows_the_owner_the_status_not_the_body(
+    gql: Gql,
+    factories: Factories,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+    delivery_ticks: None,
+    secret: str,
+) -> None:
+    with _LeakyReceiver() as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        agent, owner = await _agent_delivering_to(gql, fake_agent, factories, url)
+        fake_openai.enqueue(text_reply("Done."))
+        run = await _settled_delivery(gql, await gql.start(agent["id"], as_user=owner), owner)
+
+    (delivery,) = run["deliveries"]
+    assert (delivery["status"], delivery["lastStatusCode"]) == ("FAILED", 500)
+    assert delivery["lastError"] == "target 'Ops hook' answered HTTP 500"
 
 
 async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
