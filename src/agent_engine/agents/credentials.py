@@ -16,11 +16,11 @@ from agent_engine.db import credentials as credentials_sql
 from agent_engine.domain.credentials import credential_env_problem, signing_env_problem
 
 
-async def model_key_problem(
+async def credential_key_problem(
     conn: AsyncConnection, name: str | None, *, allowed_prefixes: Iterable[str] = ()
 ) -> str | None:
-    """Why a model may not send the variable `name` as its key (None: it may). Call inside the
-    transaction that writes the model."""
+    """Why the variable `name` may not be sent as a credential -- a model's `apiKeyEnv`, a tool
+    source's `authEnv` (None: it may). Call inside the transaction that writes the row."""
     prefixes = tuple(allowed_prefixes)
     if problem := credential_env_problem(name, allowed_prefixes=prefixes):
         return problem  # refused on its own: no need to read or lock anything

@@ -105,7 +105,7 @@ class AdminMutation:
         prices = price_changes(input)
         async with transaction(info) as conn:
             # Under the credential-names lock: a target saved at the same moment is seen.
-            if problem := await credential_rules.model_key_problem(
+            if problem := await credential_rules.credential_key_problem(
                 conn,
                 input.api_key_env,
                 allowed_prefixes=info.context.settings.credential_prefixes,
