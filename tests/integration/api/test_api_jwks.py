@@ -220,3 +220,29 @@ async def test_an_unreachable_provider_is_unauthenticated_and_not_ready(
         body = ready.json()
         assert "jwks" in body["down"]
         assert body["jwks"].startswith("unreachable")
+
+
+async def test_a_provider_outage_keeps_the_last_good_key_set_serving(
+    settings: Settings,
+) -> None:
+    idp = IdentityProvider().start()
+    try:
+        kid = idp.add_key("ES256")
+        token = idp.sign(kid, _claims())
+        with running_api(_sso(settings, idp.jwks_url)) as server:
+            assert (await _ask(server, token))["data"]["viewer"]["user"]["id"] == "41"
+            idp.stop()
+            # A new kid makes the api try the provider again: down, so that token is refused...
+            unpublished = IdentityProvider()
+            message = _refused(
+                await _ask(server, unpublished.sign(unpublished.add_key("RS256"), _claims()))
+            )
+            assert "no signing key" in message
+            # ...while the keys already fetched keep signing people in.
+            assert (await _ask(server, token))["data"]["viewer"]["user"]["id"] == "41"
+            async with httpx.AsyncClient(timeout=30) as client:
+                ready = await client.get(f"{server.url}/readyz")
+            assert ready.status_code == 200, ready.text
+            assert ready.json()["jwks"].startswith("ok (serving the last good key set")
+    finally:
+        idp.stop()
