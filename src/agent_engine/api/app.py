@@ -40,12 +40,12 @@ from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.auth import (
+    TokenVerifier,
     Viewer,
     bearer_token,
     needs_provisioning,
     provision_user,
-    short_secret_warning,
-    verify_token,
+    verification_problem,
     viewer_of,
 )
 from agent_engine.api.context import Context, Enqueue
@@ -109,7 +109,7 @@ async def _authenticate(
         token = bearer_token(authorization)
         if token is None:
             return None, None
-        claims = verify_token(state["settings"], token)
+        claims = await state["verifier"].verify(token)
         # A read first; the upsert (its own transaction) only on first sight or changed claims,
         # after the reader went back to the pool.
         if loaders is not None:
@@ -335,8 +335,9 @@ def create_app(
             if engine is None
             else engine
         )
-        if warning := short_secret_warning(settings):
-            logger.warning(warning)
+        if problem := verification_problem(settings):
+            # `serve` and `run` refuse to start first (exit 2); a factory caller gets this.
+            raise RuntimeError(problem)
         try:
             async with active.begin() as conn:
                 await sync_tool_catalog(conn)
@@ -373,6 +374,7 @@ def create_app(
                     sessions=sessions,
                     alert_feed=alert_feed,
                     broadcaster=broadcaster,
+                    verifier=verifier,
                 )
             finally:
                 await sessions.stop()
@@ -383,6 +385,8 @@ def create_app(
             if own_engine:
                 await active.dispose()
 
+    # One per process, for HTTP requests and WebSocket sessions alike (the JWKS cache).
+    verifier = TokenVerifier(settings)
     view = GraphQLView(settings, clock or (lambda: datetime.now(UTC)))
     return Starlette(
         routes=[

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import HTTPConnection
 
 from agent_engine.api.alert_events import BudgetAlertFeed
+from agent_engine.api.auth import TokenVerifier
 from agent_engine.api.context import Enqueue
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.fanout import Broadcaster
@@ -25,6 +26,7 @@ class State(TypedDict):
     sessions: SessionRegistry
     alert_feed: BudgetAlertFeed
     broadcaster: Broadcaster
+    verifier: TokenVerifier
 
 
 def state_of(connection: HTTPConnection) -> State:
