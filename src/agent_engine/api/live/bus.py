@@ -205,7 +205,8 @@ class StepReader:
             ended = not rows or rows[0]["run_state"] in TERMINAL_STATES
             for watcher in list(self.watchers):
                 for event in events:
-                    watcher.queue.offer(event)
+                    if not watcher.queue.offer(event):
+                        break
                 if ended:
                     watcher.queue.end()
             if ended:
@@ -365,7 +366,8 @@ class LiveBus:
         """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it."""
         for subscription in self._index[topic].audience(event.owner_id):
             if subscription.agent_id is None or subscription.agent_id == event.agent_id:
-                subscription.queue.offer(event)
+                if not subscription.queue.offer(event):  # it fell behind: out of the index
+                    self._remove(subscription)
 
     async def caught_up(self) -> None:
         """After a reconnect: step changes may have been missed, every reader reads again."""
