@@ -365,9 +365,10 @@ class LiveBus:
     def publish(self, topic: Topic, event: Any) -> None:
         """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it."""
         for subscription in self._index[topic].audience(event.owner_id):
-            if subscription.agent_id is None or subscription.agent_id == event.agent_id:
-                if not subscription.queue.offer(event):  # it fell behind: out of the index
-                    self._remove(subscription)
+            if subscription.agent_id not in (None, event.agent_id):
+                continue
+            if not subscription.queue.offer(event):  # it fell behind: out of the index
+                self._remove(subscription)
 
     async def caught_up(self) -> None:
         """After a reconnect: step changes may have been missed, every reader reads again."""
