@@ -757,7 +757,8 @@ async def run(bench: Bench) -> ScenarioResult:
         memory = await websocket_memory_cycles(clients, api, owner_token, cycles, warm)
         details["memory"] = memory
 
-        opening = await open_only(clients, api, owner_token, OPEN_MANY)
+        with profiled(api.pid, "fanout_ws-open"):
+            opening = await open_only(clients, api, owner_token, OPEN_MANY)
         details[f"open_{OPEN_MANY}"] = opening
         result.add(
             Row(

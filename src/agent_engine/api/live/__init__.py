@@ -51,6 +51,7 @@ class LiveUpdates:
     """The api process's live path: one bus, its LISTEN source, the subscription groups."""
 
     def __init__(self, engine: AsyncEngine, *, queue_size: int) -> None:
+        self.engine = engine
         self.bus = LiveBus(PostgresStore(engine), queue_size=queue_size)
         self.source = PostgresSource(self.bus, engine)
         self.broadcaster = Broadcaster(queue_size=queue_size)
