@@ -154,8 +154,20 @@ class Subscription(Generic[E]):
         self.queue.end()
 
 
+# What a step's row holds only once it finished (blanked in the "started" form of a step whose
+# start and finish fell between two reads).
+_FINISHED_FIELDS = ("finished_at", "output", "error", "prompt_tokens", "completion_tokens")
+
+
 class StepReader:
-    """The watchers of one run's steps and the reads that feed them (one per change)."""
+    """The watchers of one run's steps and the reads that feed them.
+
+    One task per watched run does every read of it, one at a time: a change (or several: they
+    coalesce) is one read of the steps since the first unfinished one; a replay asked meanwhile
+    is served by the next read (from step 0), which starts after the watcher asking was
+    registered -- so however many dashboards open the run at once, they share a read, and a
+    change committed after a watcher's replay was read reaches it live.
+    """
 
     def __init__(self, bus: LiveBus, run_id: int, owner_id: int) -> None:
         self.bus = bus
@@ -163,19 +175,24 @@ class StepReader:
         self.owner_id = owner_id
         self.watchers: set[Subscription[StepEvent]] = set()
         self.changed = asyncio.Event()
-        # index -> finished, as last handed out; None until the first read or replay.
+        self.replays: list[asyncio.Future[list[dict[str, Any]]]] = []
+        # index -> finished, as last handed out; None before the first read (the baseline).
         self.shown: dict[int, bool] | None = None
         self.from_index = 0
         self.task = asyncio.create_task(self._run(), name=f"run-steps-{run_id}")
 
-    def seed(self, rows: Sequence[dict[str, Any]]) -> None:
-        """A watcher's replay, when this reader has not read yet: changes are relative to it."""
-        if self.shown is None:
-            self.shown = {}
-            self._changed(rows)
+    def replay(self) -> asyncio.Future[list[dict[str, Any]]]:
+        """The run's rows from step 0, read after now."""
+        waiter: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        self.replays.append(waiter)
+        self.changed.set()
+        return waiter
 
     def _changed(self, rows: Sequence[dict[str, Any]]) -> list[StepEvent]:
-        shown = self.shown if self.shown is not None else {}
+        """The events `rows` show that were not handed out yet (a step that started and
+        finished since the last read: its started form, then its finished one)."""
+        baseline = self.shown is None
+        shown: dict[int, bool] = {} if self.shown is None else self.shown
         self.shown = shown
         events = []
         for row in rows:
@@ -185,7 +202,13 @@ class StepReader:
             before = shown.get(index)
             if before is None or (finished and not before):
                 shown[index] = finished
-                events.append(StepEvent(self.run_id, self.owner_id, row))
+                if not baseline:
+                    if finished and before is None:
+                        started = dict(row)
+                        for name in _FINISHED_FIELDS:
+                            started[name] = None
+                        events.append(StepEvent(self.run_id, self.owner_id, started))
+                    events.append(StepEvent(self.run_id, self.owner_id, row))
         while shown.get(self.from_index):
             self.from_index += 1
         return events
@@ -194,13 +217,21 @@ class StepReader:
         while True:
             await self.changed.wait()
             self.changed.clear()
+            waiters, self.replays = self.replays, []
+            kind, start = ("replay", 0) if waiters else ("steps", self.from_index)
             try:
-                rows = await self.bus._read_steps(self.run_id, self.from_index, "steps")
+                rows = await self.bus._read_steps(self.run_id, start, kind)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database is away: the reconnect wakes us again
                 log.warning("run steps read failed", run_id=self.run_id, error=str(exc))
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
                 continue
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(rows)
             events = self._changed(rows)
             ended = not rows or rows[0]["run_state"] in TERMINAL_STATES
             for watcher in list(self.watchers):
@@ -292,11 +323,13 @@ class LiveBus:
         return subscription
 
     async def replay_steps(self, run_id: int, owner_id: int) -> tuple[list[StepEvent], bool]:
-        """The run's steps so far and whether it has ended (or is gone)."""
-        rows = await self._read_steps(run_id, 0, "replay")
+        """The run's steps so far and whether it has ended (or is gone); read after the call
+        (watchers of the run asking at once share the read)."""
         reader = self._readers.get(run_id)
         if reader is not None:
-            reader.seed(rows)
+            rows = await reader.replay()
+        else:  # nobody watches it (the run ended meanwhile): a read of its own
+            rows = await self._read_steps(run_id, 0, "replay")
         events = [StepEvent(run_id, owner_id, row) for row in rows if row["index"] is not None]
         return events, not rows or rows[0]["run_state"] in TERMINAL_STATES
 
@@ -365,7 +398,7 @@ class LiveBus:
     def publish(self, topic: Topic, event: Any) -> None:
         """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it."""
         for subscription in self._index[topic].audience(event.owner_id):
-            if subscription.agent_id not in (None, event.agent_id):
+            if subscription.agent_id is not None and subscription.agent_id != event.agent_id:
                 continue
             if not subscription.queue.offer(event):  # it fell behind: out of the index
                 self._remove(subscription)

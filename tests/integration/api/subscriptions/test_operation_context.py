@@ -38,11 +38,11 @@ class LateClock:
         return datetime.now(UTC) + self.offset
 
 
-async def operation(client: GraphQLWs, id: str, query: str, **variables: str) -> dict[str, object]:
-    await client.subscribe(id, query, variables)
-    message = await client.message_for(id)
+async def operation(client: GraphQLWs, op: str, query: str, **variables: str) -> dict[str, object]:
+    await client.subscribe(op, query, variables)
+    message = await client.message_for(op)
     assert message["type"] == "next", message
-    assert (await client.message_for(id))["type"] == "complete"
+    assert (await client.message_for(op))["type"] == "complete"
     payload: dict[str, object] = message["payload"]
     return payload
 

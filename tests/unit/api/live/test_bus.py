@@ -152,3 +152,28 @@ async def test_after_a_reconnect_the_readers_read_again(bus: LiveBus, store: Mem
     store.step(5, 0)  # its NOTIFY was lost with the connection
     await bus.caught_up()
     assert [(e.index, e.finished) for e in await take(watcher)] == [(0, False)]
+
+
+async def test_dashboards_opening_a_run_at_once_share_one_replay_read(
+    bus: LiveBus, store: MemoryStore
+) -> None:
+    store.run(5, owner_id=7, agent_id=107, state="running")
+    store.step(5, 0, finished=True)
+    watchers = [bus.watch_steps(5, owner_id=7) for _ in range(1_000)]
+    async with asyncio.timeout(WAIT):
+        replays = await asyncio.gather(*(bus.replay_steps(5, 7) for _ in watchers))
+    assert all([(e.index, e.finished) for e in events] == [(0, True)] for events, _ in replays)
+    assert store.reads == [("steps", 5)]
+
+
+async def test_a_step_that_started_and_finished_between_two_reads_shows_both(
+    bus: LiveBus, store: MemoryStore
+) -> None:
+    store.run(5, owner_id=7, agent_id=107, state="running")
+    watcher = bus.watch_steps(5, owner_id=7)
+    await bus.replay_steps(5, 7)
+    store.step(5, 0, finished=True)  # both changes committed before the reader woke
+    bus.step_changed({"run_id": 5, "index": 0})
+    bus.step_changed({"run_id": 5, "index": 0})
+    events = await take(watcher)
+    assert [(e.index, e.finished) for e in events] == [(0, False), (0, True)]
