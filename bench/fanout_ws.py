@@ -360,10 +360,12 @@ def commit_steps(url: str, run_id: int, changes: int, interval: float) -> list[f
     return asyncio.run(go())
 
 
-def api_statements(port: int) -> int:
-    """SQL statements the api's engine executed since the last call (bench/_api_server.py)."""
+def api_statements(port: int) -> tuple[int, float]:
+    """SQL statements the api's engine executed, and its seconds in the garbage collector, since
+    the last call (bench/_api_server.py)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/_bench/statements", timeout=30) as r:
-        return int(json.loads(r.read())["statements"])
+        answer = json.loads(r.read())
+    return int(answer["statements"]), float(answer["gc_seconds"])
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -494,7 +496,8 @@ async def fanout(
     else:
         await listener.add_listener("agent_run_steps", on_step)
     await asyncio.sleep(0.2)
-    statements_before = [await asyncio.to_thread(api_statements, s.port) for s in servers]
+    for server in servers:  # resets the counts
+        await asyncio.to_thread(api_statements, server.port)
     client_cpu = cpu_seconds(client_pids)
     server_cpu = cpu_seconds(server_pids)
     started = time.monotonic()
@@ -508,8 +511,9 @@ async def fanout(
         wall = time.monotonic() - started
     finally:
         await listener.close()
-    statements = sum([await asyncio.to_thread(api_statements, s.port) for s in servers])
-    del statements_before
+    counted = [await asyncio.to_thread(api_statements, s.port) for s in servers]
+    statements = sum(c[0] for c in counted)
+    gc_seconds = sum(c[1] for c in counted)
     client_cpu = cpu_seconds(client_pids) - client_cpu
     server_cpu = cpu_seconds(server_pids) - server_cpu
 
@@ -582,6 +586,8 @@ async def fanout(
         # from the first commit until every subscriber had everything.
         "api_statements": statements,
         "api_statements_per_change": statements / len(run_ids),
+        "api_gc_seconds": gc_seconds,
+        "api_gc_share_of_cpu": gc_seconds / server_cpu if server_cpu else math.nan,
         "baseline_received": len(base),
         "baseline_p50_ms": percentile(base, 50) * 1000,
         "baseline_p99_ms": percentile(base, 99) * 1000,
@@ -592,11 +598,15 @@ async def open_only(
     clients: Clients, server: ApiServer, token: str, subscribers: int
 ) -> dict[str, Any]:
     """Open `subscribers` subscriptions and close them again (no events): the opening rate."""
+    await asyncio.to_thread(api_statements, server.port)  # resets the counts
     cpu = cpu_seconds([server.pid])
     opening = await open_subscriptions(clients, [server], token, subscribers, [1])
-    opening["server_cpu_ms_per_subscription"] = (
-        1000 * (cpu_seconds([server.pid]) - cpu) / max(1, opening["opened"])
-    )
+    cpu = cpu_seconds([server.pid]) - cpu
+    statements, gc_seconds = await asyncio.to_thread(api_statements, server.port)
+    opened = max(1, opening["opened"])
+    opening["server_cpu_ms_per_subscription"] = 1000 * cpu / opened
+    opening["api_statements_per_subscription"] = statements / opened
+    opening["api_gc_ms_per_subscription"] = 1000 * gc_seconds / opened
     await clients.ask([("collect", 0)] * opening["client_processes"])
     opening["subscriptions_left"] = await wait_active([server.port], 0, 120)
     return opening
@@ -644,6 +654,7 @@ def _note(m: dict[str, Any]) -> str:
         f"{m['client_cpu_us_per_delivery']:.0f} µs per message; "
         f"CPU: {m['api_processes']} api {m['server_cpu_percent']:.0f} %, "
         f"{m['client_processes']} clients {m['client_cpu_percent']:.0f} % (of one core); "
+        f"api garbage collector {100 * m['api_gc_share_of_cpu']:.0f} % of its CPU; "
         f"opened in {m['open_seconds']:.1f} s"
     )
 
@@ -768,7 +779,10 @@ async def run(bench: Bench) -> ScenarioResult:
                 target=f"≤ {TARGET_OPEN_SECONDS:g} s",
                 ok=opening["open_seconds"] <= TARGET_OPEN_SECONDS
                 and opening["active_on_server"] == OPEN_MANY,
-                note=f"{opening['server_cpu_ms_per_subscription']:.2f} ms api CPU each; "
+                note=f"{opening['server_cpu_ms_per_subscription']:.2f} ms api CPU each "
+                f"({opening['api_gc_ms_per_subscription']:.2f} ms of it in the garbage "
+                f"collector; {opening['api_statements_per_subscription']:.2f} SQL statements "
+                "each); "
                 f"{opening['active_on_server']} counted by the api; "
                 f"errors {opening['open_errors'][:2]}",
             )

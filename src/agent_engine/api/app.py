@@ -104,10 +104,8 @@ async def _authenticate(
         if loaders is not None:
             async with loaders.connection() as conn:
                 row = await read_user(conn, claims.user_id)
-        else:
-            async with state["engine"].connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                row = await read_user(conn, claims.user_id)
+        else:  # a WebSocket: read with the other sockets' checks of the moment
+            row = await state["sessions"].read_user(claims.user_id)
         if row is None or needs_provisioning(row, claims):
             row = await provision_user(state["engine"], claims, now=now)
         return viewer_of(row, claims), None

@@ -49,7 +49,7 @@ from agent_engine.api.auth import Viewer
 from agent_engine.api.context import Context
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.live.socket import OPERATION_CONTEXT, GroupedTransportWSHandler
-from agent_engine.db.users import inactive_users
+from agent_engine.db.users import UserRow, inactive_users, users_by_id
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,38 @@ class SessionRegistry:
         self.max_sockets_per_user = max_sockets_per_user
         self._sessions: dict[int, set[SessionHandler]] = {}
         self._task: asyncio.Task[None] | None = None
+        # Users rows asked for by sockets and not read yet (see `read_user`).
+        self._pending: dict[int, list[asyncio.Future[UserRow | None]]] = {}
+        self._reading: asyncio.Task[None] | None = None
+
+    async def read_user(self, user_id: int) -> UserRow | None:
+        """The stored user (None on first sight), read after this call -- with the reads other
+        sockets ask for meanwhile: a reconnect storm of N sockets costs a few statements, not N
+        (one statement at a time; a read alone waits for no one)."""
+        waiter: asyncio.Future[UserRow | None] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(user_id, []).append(waiter)
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.create_task(self._read_pending(), name="session-user-reads")
+        return await waiter
+
+    async def _read_pending(self) -> None:
+        while self._pending:
+            await asyncio.sleep(0)  # the sockets handled in this pass of the loop join in
+            batch, self._pending = self._pending, {}
+            try:
+                async with self._engine.connect() as conn:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    rows = {row.id: row for row in await users_by_id(conn, sorted(batch))}
+            except Exception as exc:
+                for waiters in batch.values():
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                continue
+            for user_id, waiters in batch.items():
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(rows.get(user_id))
 
     def has_room(self, user_id: int) -> bool:
         return len(self._sessions.get(user_id, ())) < self.max_sockets_per_user
