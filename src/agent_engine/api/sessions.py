@@ -178,7 +178,7 @@ class SessionRegistry:
 
 class SessionHandler(GroupedTransportWSHandler):
     """graphql-transport-ws with the session rules above, its subscriptions delivered by groups
-    (api/fanout/)."""
+    (api/live/)."""
 
     _expiry: asyncio.Task[None] | None = None
     _registered: int | None = None
