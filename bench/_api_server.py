@@ -27,6 +27,7 @@ from sqlalchemy import event
 from starlette.types import Receive, Scope, Send
 
 from agent_engine.api.app import create_app
+from agent_engine.api.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.domain.budget import week_window
 from agent_engine.settings import load_settings, to_libpq_url
@@ -152,6 +153,7 @@ def main() -> None:
     wrapped = BenchApp(
         create_app(settings, engine=engine), to_libpq_url(settings.require_database_url())
     )
+    tune_gc()  # as `agent-engine serve`
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

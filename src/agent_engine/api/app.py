@@ -44,6 +44,7 @@ from agent_engine.api.auth import (
     verify_token,
     viewer_of,
 )
+from agent_engine.api.collector import tune_gc
 from agent_engine.api.context import Context, Enqueue
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import ApiError, Unauthenticated
@@ -369,7 +370,9 @@ def create_app(
 
 def create_app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` worker processes: each loads Settings itself."""
-    return create_app(load_settings())
+    app = create_app(load_settings())
+    tune_gc()
+    return app
 
 
 __all__ = ["GraphQLView", "State", "create_app", "create_app_from_environment"]
