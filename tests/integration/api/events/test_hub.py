@@ -121,3 +121,33 @@ async def test_the_listener_survives_a_database_restart(
         run = await factories.run(agent["id"], state="queued")
     event = await subscriber.next(10)
     assert event.run["id"] == run["id"]
+
+
+async def test_a_runs_steps_written_around_a_database_restart_all_arrive(
+    servers: Servers, hub: LiveUpdates, engine: AsyncEngine, factories: Factories
+) -> None:
+    if servers.embedded is None or servers.embedded.postgres is None:
+        pytest.skip("needs the embedded PostgreSQL to restart it")
+    agent = await factories.agent()
+    run = await factories.run(agent["id"], state="running")
+    watcher = hub.bus.watch_steps(run["id"], owner_id=agent["user_id"])
+    replay, ended = await hub.bus.replay_steps(run["id"], agent["user_id"])
+    assert (replay, ended) == ([], False)
+    await asyncio.to_thread(servers.embedded.postgres.restart)
+    async with asyncio.timeout(20):
+        # Written as soon as the database is back, whether or not the listener is yet.
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at,"
+                    " finished_at, output) VALUES (:run, 0, 'tool_call', 'calculator', now(),"
+                    " now(), '42')"
+                ),
+                {"run": run["id"]},
+            )
+        await set_state(engine, run["id"], "succeeded")
+    seen = []
+    async with asyncio.timeout(20):
+        async for batch in watcher.batches():  # ends when the run has ended
+            seen.extend((event.index, event.finished) for event in batch)
+    assert seen[-1] == (0, True) and set(seen) <= {(0, False), (0, True)}, seen
