@@ -112,7 +112,7 @@ class Store(Protocol):
 class Subscription(Generic[E]):
     """One subscription to a topic: its audience entry and its bounded queue of events."""
 
-    __slots__ = ("_bus", "agent_id", "counted", "key", "owner_id", "queue", "topic")
+    __slots__ = ("_bus", "agent_id", "counted", "key", "owner_id", "queue", "reader", "topic")
 
     def __init__(
         self,
@@ -130,6 +130,7 @@ class Subscription(Generic[E]):
         self.owner_id = owner_id  # None: an admin's, every owner's events
         self.agent_id = agent_id  # runs: one agent's only
         self.key = key  # steps: the run watched
+        self.reader: StepReader | None = None  # steps: the run's reader
         self.counted = counted  # in agent_engine_active_subscriptions (a group counts members)
         self.queue: BoundedQueue[E] = BoundedQueue(limit)
 
@@ -318,6 +319,7 @@ class LiveBus:
         if reader is None:
             reader = self._readers[run_id] = StepReader(self, run_id, owner_id)
         reader.watchers.add(subscription)
+        subscription.reader = reader
         if counted:
             ACTIVE_SUBSCRIPTIONS.inc()
         return subscription
@@ -335,13 +337,14 @@ class LiveBus:
 
     def _remove(self, subscription: Subscription[Any]) -> None:
         if subscription.topic is Topic.STEPS:
-            reader = self._readers.get(subscription.key or 0)
+            reader = subscription.reader  # also once the run ended and the reader was forgotten
             if reader is None or subscription not in reader.watchers:
                 return
             reader.watchers.discard(subscription)
             if not reader.watchers:
                 self._forget_reader(reader)
-                reader.task.cancel()
+                if reader.task is not asyncio.current_task():
+                    reader.task.cancel()
         elif not self._index[subscription.topic].discard(subscription.owner_id, subscription):
             return
         if subscription.counted:

@@ -11,6 +11,7 @@ import pytest
 
 from agent_engine.api.live import LiveBus, RunEvent, StepEvent, Subscription, Topic
 from agent_engine.api.live.bus import ALERTS_CHANNEL, RUNS_CHANNEL, STEPS_CHANNEL
+from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from tests.unit.api.live.support import MemoryStore
 
 WAIT = 5.0
@@ -21,12 +22,19 @@ async def store() -> MemoryStore:
     return MemoryStore()
 
 
+def gauge() -> float:
+    return float(ACTIVE_SUBSCRIPTIONS._value.get())
+
+
 @pytest.fixture
 async def bus(store: MemoryStore) -> AsyncIterator[LiveBus]:
+    before = gauge()
     bus = LiveBus(store, queue_size=16)
     bus.start()
     yield bus
     await bus.stop()
+    # Every subscription counted in agent_engine_active_subscriptions was counted out again.
+    assert gauge() == before
 
 
 def run_note(run_id: int, owner_id: int, state: str, previous: str | None = None) -> str:
@@ -142,7 +150,7 @@ async def test_a_step_change_is_read_once_for_a_thousand_watchers(
         async with asyncio.timeout(WAIT):
             assert [b async for b in watcher.batches()] == []  # the run ended: so does the stream
     assert store.reads.count(("steps", 5)) == 2
-    assert bus.count(Topic.STEPS) == 0
+    assert bus.count(Topic.STEPS) == 0 and bus.subscriber_count == 0
 
 
 async def test_after_a_reconnect_the_readers_read_again(bus: LiveBus, store: MemoryStore) -> None:
