@@ -76,14 +76,10 @@ class Shown:
 
     def first_time(self, event: Any) -> bool:
         """True (and remembered) when `event` shows something new to this subscriber."""
-        what, rank = self._shown_as(event)
-        before = self._rank.get(what)
-        if before is not None and before >= rank:
-            return False
-        self._rank[what] = rank
-        return True
+        return self.tag_first_time(self._shown_as(event))
 
     def tag_first_time(self, tag: tuple[Hashable, int]) -> bool:
+        """As `first_time`, for an event's `(what, rank)` computed already (by its group)."""
         what, rank = tag
         before = self._rank.get(what)
         if before is not None and before >= rank:
