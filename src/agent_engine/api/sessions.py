@@ -145,6 +145,10 @@ class SessionRegistry:
         self._task = asyncio.create_task(self._sweep_forever(), name="session-sweep")
 
     async def stop(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reading
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

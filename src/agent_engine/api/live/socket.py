@@ -78,6 +78,10 @@ class GroupedTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
                 await operation.send_operation_message({"id": operation.id, "type": "complete"})
             self.operations.pop(operation.id, None)
             raise
+        finally:
+            if context is not None:  # the operation's loaders give their connection back now
+                with contextlib.suppress(Exception):
+                    await context.release()
 
     async def send_text(self, text: str) -> None:
         """A message serialised already (a group's `next` frame)."""
