@@ -133,7 +133,20 @@ class Settings(BaseSettings):
         default=50_000, ge=1, description="Static cost estimate a document may reach."
     )
     max_agents_per_owner: int = Field(default=200, ge=1)
-    max_subscriptions_per_connection: int = Field(default=20, ge=1)
+    max_subscriptions_per_connection: int = Field(
+        default=50,
+        ge=1,
+        validation_alias=AliasChoices(
+            "AGENT_ENGINE_MAX_SUBSCRIPTIONS_PER_SOCKET",
+            "AGENT_ENGINE_MAX_SUBSCRIPTIONS_PER_CONNECTION",
+        ),
+        description="Operations in flight on one WebSocket; one more is refused with an error.",
+    )
+    max_sockets_per_user: int = Field(
+        default=20,
+        ge=1,
+        description="WebSockets one user may hold open on one api process; one more is closed.",
+    )
     session_check_seconds: float = Field(
         default=2.0, gt=0, description="How often an api process looks for deactivated users."
     )

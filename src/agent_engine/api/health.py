@@ -32,7 +32,7 @@ async def readyz(request: Request) -> Response:
     )
     body: dict[str, str] = {"database": database, "broker": broker}
     # Informational: a reconnecting listener delays subscription events, not requests.
-    body["events"] = "listening" if state["hub"].listening else "reconnecting"
+    body["events"] = "listening" if state["live"].listening else "reconnecting"
     down = [name for name in ("database", "broker") if body[name] == "unreachable"]
     jwks = state["verifier"].jwks
     if jwks is not None:
