@@ -4,7 +4,8 @@
 builds `create_app(settings, engine=engine)` and prints `PORT <n>` once serving. Bench routes,
 answered before the app sees the request:
 
-- `GET /_bench/statements`: SQL statements the app's engine executed since the last call.
+- `GET /_bench/statements`: SQL statements the app's engine executed since the last call, and
+  the seconds the process spent in Python's garbage collector meanwhile (`gc_seconds`).
 - `GET /_bench/baseline?owner=<id>`: the same page's data fetched with raw asyncpg (one pooled
   connection, sequential statements) and serialised with json.dumps: the baseline.
 """
@@ -12,9 +13,11 @@ answered before the app sees the request:
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import socket
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +27,7 @@ from sqlalchemy import event
 from starlette.types import Receive, Scope, Send
 
 from agent_engine.api.app import create_app
+from agent_engine.api.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.domain.budget import week_window
 from agent_engine.settings import load_settings, to_libpq_url
@@ -56,13 +60,23 @@ class BenchApp:
         self.app = app
         self.dsn = dsn
         self.statements = 0
+        self.gc_seconds = 0.0
+        self._gc_started = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._gc_started
         self.pool: asyncpg.Pool | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if path == "/_bench/statements":
             count, self.statements = self.statements, 0
-            await _json(send, {"statements": count})
+            spent, self.gc_seconds = self.gc_seconds, 0.0
+            await _json(send, {"statements": count, "gc_seconds": spent})
             return
         if path == "/_bench/baseline":
             query = scope.get("query_string", b"").decode()
@@ -139,6 +153,7 @@ def main() -> None:
     wrapped = BenchApp(
         create_app(settings, engine=engine), to_libpq_url(settings.require_database_url())
     )
+    tune_gc()  # as `agent-engine serve`
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

@@ -1,6 +1,6 @@
-"""Scenario 5 - run-event fan-out, measured on the hub in process (`api.events.RunEventHub`).
+"""Scenario 5 - run-event fan-out, measured on the live bus in process (`api.live.LiveUpdates`).
 
-The hub alone, without the WebSocket layer (`fanout_ws` measures that): the LISTEN connection, the
+The bus alone, without the WebSocket layer (`fanout_ws` measures that): the LISTEN connection, the
 per-event row load and the in-process fan-out to S subscribers' bounded queues, each drained by
 its own task (as a subscription would).
 
@@ -21,8 +21,9 @@ from typing import Any
 import asyncpg
 import psutil
 
-from agent_engine.api.events import RunEventHub, Subscriber
-from agent_engine.settings import to_asyncpg_url
+from agent_engine.api.live import LiveUpdates, RunEvent, Subscription, Topic
+from agent_engine.db.engine import create_engine
+from agent_engine.settings import Settings, to_asyncpg_url
 from bench.common import Bench, Row, ScenarioResult, memory_growth_row, percentile
 
 TITLE = "Run-event fan-out: hub in process"
@@ -138,22 +139,32 @@ async def raw_baseline(url: str, run_ids: list[int]) -> list[float]:
     return [received[r] - stamps[r] for r in run_ids if r in received]
 
 
+def _live(url: str, queue_size: int = 256) -> LiveUpdates:
+    engine = create_engine(Settings(database_url=to_asyncpg_url(url)))
+    return LiveUpdates(engine, queue_size=queue_size)
+
+
+async def _events(sub: Subscription[RunEvent]) -> Any:
+    async for batch in sub.batches():
+        for event in batch:
+            yield event
+
+
 async def hub_fanout(url: str, run_ids: list[int], subscribers: int) -> dict[str, Any]:
-    hub = RunEventHub(to_asyncpg_url(url), queue_size=max(256, len(run_ids) * 2))
-    await hub.start()
-    await hub.wait_listening()
+    hub = _live(url, queue_size=max(256, len(run_ids) * 2))
+    await hub.start(listen_timeout=10)
     latencies: list[list[float]] = [[] for _ in range(subscribers)]
     wanted = set(run_ids)
 
-    async def consume(index: int, sub: Subscriber) -> None:
+    async def consume(index: int, sub: Subscription[RunEvent]) -> None:
         sink = latencies[index]
-        async for event in sub.events():
+        async for event in _events(sub):
             if event.run["id"] in wanted and event.state == "running":
                 sink.append(time.time() - event.run["heartbeat_at"].timestamp())
                 if len(sink) == len(run_ids):
                     return
 
-    subs = [hub.subscribe(owner_id=OWNER_ID) for _ in range(subscribers)]
+    subs = [hub.bus.subscribe(Topic.RUNS, owner_id=OWNER_ID) for _ in range(subscribers)]
     tasks = [asyncio.create_task(consume(i, s)) for i, s in enumerate(subs)]
     try:
         await asyncio.sleep(0.1)
@@ -170,6 +181,7 @@ async def hub_fanout(url: str, run_ids: list[int], subscribers: int) -> dict[str
         for sub in subs:
             sub.close()
         await hub.stop()
+        await hub.engine.dispose()
     flat = [x for sink in latencies for x in sink]
     expected = subscribers * len(run_ids)
     return {
@@ -185,13 +197,12 @@ async def hub_fanout(url: str, run_ids: list[int], subscribers: int) -> dict[str
 
 
 async def hub_memory_cycles(url: str, cycles: int) -> dict[str, Any]:
-    hub = RunEventHub(to_asyncpg_url(url))
-    await hub.start()
-    await hub.wait_listening()
+    hub = _live(url)
+    await hub.start(listen_timeout=10)
     process = psutil.Process()
 
     async def cycle() -> None:
-        sub = hub.subscribe(owner_id=OWNER_ID)
+        sub = hub.bus.subscribe(Topic.RUNS, owner_id=OWNER_ID)
         task = asyncio.create_task(_drain(sub))
         await asyncio.sleep(0)
         task.cancel()
@@ -210,11 +221,12 @@ async def hub_memory_cycles(url: str, cycles: int) -> dict[str, Any]:
         left = hub.subscriber_count
     finally:
         await hub.stop()
+        await hub.engine.dispose()
     return {"cycles": cycles, "rss_before": before, "rss_after": after, "subscribers_left": left}
 
 
-async def _drain(sub: Subscriber) -> None:
-    async for _ in sub.events():
+async def _drain(sub: Subscription[RunEvent]) -> None:
+    async for _ in sub.batches():
         pass
 
 

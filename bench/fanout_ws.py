@@ -12,10 +12,13 @@ Every subscriber must receive every change, in commit order.
 Rows (issue 18): opening 5,000 subscriptions; 1,000 dashboards of the changing owner at 20
 changes/s (latency) and at 100 changes/s (deliveries/s); 100 admin dashboards with the changes
 spread over 1,000 owners (20/s); the 100/s run again with the same subscribers split over two
-api processes; full mode adds 5,000 subscribers at 100/s. Baseline, in the same run and on the
-same NOTIFYs: a raw asyncpg LISTEN connection in the runner. Memory: the api process's RSS before
-and after N connect/init/subscribe/complete/close cycles (after a warm-up). Client and server
-CPU are reported: the machine has 2 cores shared by the servers, the clients and PostgreSQL.
+api processes; full mode adds 5,000 subscribers at 100/s. Issue 23 adds runSteps: 1,000
+`subscription { runSteps(runId: …) { index finishedAt } }` of one running run while the runner
+writes its transcript (a step inserted, then finished: 200 changes at 20/s), with the api's
+database statements counted (`/_bench/statements`) per step change. Baseline, in the same run and
+on the same NOTIFYs: a raw asyncpg LISTEN connection in the runner. Memory: the api process's RSS
+before and after N connect/init/subscribe/complete/close cycles (after a warm-up). Client and
+server CPU are reported: the machine has 2 cores shared by the servers, the clients and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ LOOP_ENV = "BENCH_API_LOOP"
 METRICS_POLL_SECONDS = 0.5
 NOFILE_WANTED = 65_536
 QUERY = "subscription { runEvents { previousState run { id state } } }"
+STEPS_QUERY = 'subscription {{ runSteps(runId: "{run_id}") {{ index finishedAt }} }}'
+TARGET_STATEMENTS_PER_STEP_CHANGE = 2.0
 SUBPROTOCOL = "graphql-transport-ws"
 METRIC = "agent_engine_active_subscriptions"
 
@@ -157,7 +162,12 @@ async def _read(ws: Any, sink: _Sink, done: asyncio.Event, expected: int) -> Non
                 if payload.get("errors"):
                     sink.errors.append(str(payload["errors"])[:200])
                     continue
-                sink.record(int(payload["data"]["runEvents"]["run"]["id"]), at)
+                data = payload["data"]
+                if "runEvents" in data:
+                    sink.record(int(data["runEvents"]["run"]["id"]), at)
+                else:  # runSteps: change 2 * index (started), 2 * index + 1 (finished)
+                    step = data["runSteps"]
+                    sink.record(2 * int(step["index"]) + (step["finishedAt"] is not None), at)
                 if sink.received == expected:
                     done.set()
             elif kind == "ping":
@@ -314,6 +324,50 @@ class Clients:
                 process.join()
 
 
+def commit_steps(url: str, run_id: int, changes: int, interval: float) -> list[float]:
+    """The transcript of `run_id` written as a worker would: step i inserted (change 2i), then
+    finished (change 2i + 1), one autocommit every `interval` seconds; returns the wall-clock
+    time each commit returned."""
+
+    async def go() -> list[float]:
+        conn = await asyncpg.connect(url)
+        stamps: list[float] = []
+        try:
+            next_at = time.monotonic()
+            for change in range(changes):
+                index = change // 2
+                if change % 2 == 0:
+                    await conn.execute(
+                        "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
+                        " VALUES ($1, $2, 'tool_call', 'search_knowledge', clock_timestamp())",
+                        run_id,
+                        index,
+                    )
+                else:
+                    await conn.execute(
+                        "UPDATE agent_run_steps SET finished_at = clock_timestamp(), output = 'ok'"
+                        " WHERE run_id = $1 AND index = $2",
+                        run_id,
+                        index,
+                    )
+                stamps.append(time.time())
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        finally:
+            await conn.close()
+        return stamps
+
+    return asyncio.run(go())
+
+
+def api_statements(port: int) -> tuple[int, float]:
+    """SQL statements the api's engine executed, and its seconds in the garbage collector, since
+    the last call (bench/_api_server.py)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_bench/statements", timeout=30) as r:
+        answer = json.loads(r.read())
+    return int(answer["statements"]), float(answer["gc_seconds"])
+
+
 def split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
@@ -413,7 +467,10 @@ async def fanout(
     within: float,
     query: str = QUERY,
     processes: int | None = None,
+    steps_run: int | None = None,
 ) -> dict[str, Any]:
+    """`run_ids` are the runs whose state changes (or, with `steps_run`, the change numbers of
+    that run's transcript: 2 * index + finished)."""
     opening = await open_subscriptions(
         clients, servers, token, subscribers, run_ids, query=query, processes=processes
     )
@@ -429,18 +486,34 @@ async def fanout(
         at = time.time()
         listened.setdefault(int(json.loads(payload)["run_id"]), at)
 
-    await listener.add_listener("agent_run_events", on_notify)
+    def on_step(_c: Any, _p: int, _ch: str, payload: str) -> None:
+        at = time.time()
+        note = json.loads(payload)
+        listened.setdefault(2 * int(note["index"]), at)  # its first NOTIFY: the insert
+
+    if steps_run is None:
+        await listener.add_listener("agent_run_events", on_notify)
+    else:
+        await listener.add_listener("agent_run_steps", on_step)
     await asyncio.sleep(0.2)
+    for server in servers:  # resets the counts
+        await asyncio.to_thread(api_statements, server.port)
     client_cpu = cpu_seconds(client_pids)
     server_cpu = cpu_seconds(server_pids)
     started = time.monotonic()
     try:
-        commits = await asyncio.to_thread(commit_changes, url, run_ids, interval)
+        if steps_run is None:
+            commits = await asyncio.to_thread(commit_changes, url, run_ids, interval)
+        else:
+            commits = await asyncio.to_thread(commit_steps, url, steps_run, len(run_ids), interval)
         commit_seconds = time.monotonic() - started
         replies = await clients.ask([("collect", within)] * used)
         wall = time.monotonic() - started
     finally:
         await listener.close()
+    counted = [await asyncio.to_thread(api_statements, s.port) for s in servers]
+    statements = sum(c[0] for c in counted)
+    gc_seconds = sum(c[1] for c in counted)
     client_cpu = cpu_seconds(client_pids) - client_cpu
     server_cpu = cpu_seconds(server_pids) - server_cpu
 
@@ -467,7 +540,14 @@ async def fanout(
     opened = opening["opened"]
     lost += (subscribers - opened) * changes
     every = latencies + bounds
-    base = [listened[r] - c for r, c in zip(run_ids, commits, strict=True) if r in listened]
+    if steps_run is None:
+        base = [listened[r] - c for r, c in zip(run_ids, commits, strict=True) if r in listened]
+    else:  # the raw LISTEN hears each step's insert (even changes) and finish under one index
+        base = [
+            listened[r] - c
+            for r, c in zip(run_ids[::2], commits[::2], strict=True)
+            if r in listened
+        ]
     # Deliveries per second while delivering: from the first commit to the last receipt.
     delivering = (last_received - commits[0]) if latencies else math.nan
     return {
@@ -502,6 +582,12 @@ async def fanout(
         "deliveries_per_api_cpu_second": len(latencies) / server_cpu if server_cpu else math.nan,
         # The client processes' share: they parse every message on the same two cores.
         "client_cpu_us_per_delivery": 1e6 * client_cpu / len(latencies) if latencies else math.nan,
+        # The api's own SQL statements (its engine; the session sweep's every 2 s included)
+        # from the first commit until every subscriber had everything.
+        "api_statements": statements,
+        "api_statements_per_change": statements / len(run_ids),
+        "api_gc_seconds": gc_seconds,
+        "api_gc_share_of_cpu": gc_seconds / server_cpu if server_cpu else math.nan,
         "baseline_received": len(base),
         "baseline_p50_ms": percentile(base, 50) * 1000,
         "baseline_p99_ms": percentile(base, 99) * 1000,
@@ -512,11 +598,15 @@ async def open_only(
     clients: Clients, server: ApiServer, token: str, subscribers: int
 ) -> dict[str, Any]:
     """Open `subscribers` subscriptions and close them again (no events): the opening rate."""
+    await asyncio.to_thread(api_statements, server.port)  # resets the counts
     cpu = cpu_seconds([server.pid])
     opening = await open_subscriptions(clients, [server], token, subscribers, [1])
-    opening["server_cpu_ms_per_subscription"] = (
-        1000 * (cpu_seconds([server.pid]) - cpu) / max(1, opening["opened"])
-    )
+    cpu = cpu_seconds([server.pid]) - cpu
+    statements, gc_seconds = await asyncio.to_thread(api_statements, server.port)
+    opened = max(1, opening["opened"])
+    opening["server_cpu_ms_per_subscription"] = 1000 * cpu / opened
+    opening["api_statements_per_subscription"] = statements / opened
+    opening["api_gc_ms_per_subscription"] = 1000 * gc_seconds / opened
     await clients.ask([("collect", 0)] * opening["client_processes"])
     opening["subscriptions_left"] = await wait_active([server.port], 0, 120)
     return opening
@@ -564,6 +654,7 @@ def _note(m: dict[str, Any]) -> str:
         f"{m['client_cpu_us_per_delivery']:.0f} µs per message; "
         f"CPU: {m['api_processes']} api {m['server_cpu_percent']:.0f} %, "
         f"{m['client_processes']} clients {m['client_cpu_percent']:.0f} % (of one core); "
+        f"api garbage collector {100 * m['api_gc_share_of_cpu']:.0f} % of its CPU; "
         f"opened in {m['open_seconds']:.1f} s"
     )
 
@@ -582,6 +673,18 @@ def _p99_row(label: str, m: dict[str, Any], target: float) -> Row:
         and m["out_of_order_subscribers"] == 0,
         note=_note(m),
     )
+
+
+async def start_run(url: str, run_id: int) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now()"
+            " WHERE id = $1",
+            run_id,
+        )
+    finally:
+        await conn.close()
 
 
 def _start_api(bench: Bench, settings: Any, name: str) -> ApiServer:
@@ -604,9 +707,14 @@ async def run(bench: Bench) -> ScenarioResult:
     raise_nofile()  # the api subprocesses inherit it
     url = await bench.create_database("fanout_ws")
     rounds = 3 if bench.quick else 4  # blocks of CHANGES run ids, one per owner fan-out
-    await seed(url, CHANGES * rounds)
-    admin_runs = await seed_owners(url, first_id=CHANGES * rounds + 1, owners=ADMIN_OWNERS)
-    settings = bench.settings(url, bench.redis_url())
+    # One more run than the blocks: the running run whose transcript the runSteps row follows.
+    steps_run = CHANGES * rounds + 1
+    await seed(url, steps_run)
+    await start_run(url, steps_run)
+    admin_runs = await seed_owners(url, first_id=steps_run + 1, owners=ADMIN_OWNERS)
+    # The dashboards all use one owner's token (the worst case for a group): lift the per-user
+    # socket cap (issue 22; default 20 per user and api process).
+    settings = bench.settings(url, bench.redis_url(), max_sockets_per_user=100_000)
     owner_token = mint_token(JWT_SECRET, user_id=OWNER_ID)
     admin_token = mint_token(JWT_SECRET, user_id=ADMIN_ID, admin=True)
     servers: list[ApiServer] = []
@@ -628,6 +736,8 @@ async def run(bench: Bench) -> ScenarioResult:
         interval: float,
         within: float = deadline,
         processes: int | None = MIN_CLIENTS,
+        query: str = QUERY,
+        steps_of: int | None = None,
     ) -> dict[str, Any]:
         """One fan-out (py-spy on the first api when asked), kept in the details; the next one
         starts once the apis have no subscriber left."""
@@ -643,6 +753,8 @@ async def run(bench: Bench) -> ScenarioResult:
                 interval=interval,
                 within=within,
                 processes=processes,
+                query=query,
+                steps_run=steps_of,
             )
         details[key] = found
         await wait_active([s.port for s in on], 0, 120)
@@ -656,7 +768,8 @@ async def run(bench: Bench) -> ScenarioResult:
         memory = await websocket_memory_cycles(clients, api, owner_token, cycles, warm)
         details["memory"] = memory
 
-        opening = await open_only(clients, api, owner_token, OPEN_MANY)
+        with profiled(api.pid, "fanout_ws-open"):
+            opening = await open_only(clients, api, owner_token, OPEN_MANY)
         details[f"open_{OPEN_MANY}"] = opening
         result.add(
             Row(
@@ -666,7 +779,10 @@ async def run(bench: Bench) -> ScenarioResult:
                 target=f"≤ {TARGET_OPEN_SECONDS:g} s",
                 ok=opening["open_seconds"] <= TARGET_OPEN_SECONDS
                 and opening["active_on_server"] == OPEN_MANY,
-                note=f"{opening['server_cpu_ms_per_subscription']:.2f} ms api CPU each; "
+                note=f"{opening['server_cpu_ms_per_subscription']:.2f} ms api CPU each "
+                f"({opening['api_gc_ms_per_subscription']:.2f} ms of it in the garbage "
+                f"collector; {opening['api_statements_per_subscription']:.2f} SQL statements "
+                "each); "
                 f"{opening['active_on_server']} counted by the api; "
                 f"errors {opening['open_errors'][:2]}",
             )
@@ -729,6 +845,38 @@ async def run(bench: Bench) -> ScenarioResult:
                 f"p99, {ADMIN_DASHBOARDS} admin dashboards, {admin_changes:,} changes of as "
                 f"many owners (of {ADMIN_OWNERS:,}) at {1 / slow:g}/s",
                 admin,
+                TARGET_P99_MS,
+            )
+        )
+
+        # runSteps: 1,000 watchers of one running run while its transcript is written.
+        steps = await measured(
+            "run_steps",
+            [api],
+            owner_token,
+            list(range(CHANGES)),
+            1_000,
+            interval=slow,
+            query=STEPS_QUERY.format(run_id=steps_run),
+            steps_of=steps_run,
+        )
+        result.add(
+            Row(
+                "runSteps: database statements per step change, 1,000 subscribers of one "
+                f"running run x {CHANGES} step changes at {1 / slow:g}/s",
+                steps["api_statements_per_change"],
+                "statements",
+                target=f"≤ {TARGET_STATEMENTS_PER_STEP_CHANGE:g} (not per subscriber)",
+                ok=steps["api_statements_per_change"] <= TARGET_STATEMENTS_PER_STEP_CHANGE,
+                note=f"{steps['api_statements']} statements of the api's engine from the first "
+                "commit to the last delivery (the session sweep's included); " + _note(steps),
+            )
+        )
+        result.add(
+            _p99_row(
+                f"runSteps p99, 1,000 subscribers of one running run x {CHANGES} step changes "
+                f"at {1 / slow:g}/s",
+                steps,
                 TARGET_P99_MS,
             )
         )

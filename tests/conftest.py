@@ -175,6 +175,9 @@ def settings(database_url: str, redis_url: str, tmp_path: Path) -> Settings:
         schedule_tick_seconds=0.5,
         reap_tick_seconds=1.0,
         log_format="console",
+        # Tests open many sockets of one user at once (one user stands for many); the cap's own
+        # tests (tests/integration/api/subscriptions/test_limits.py) use the default.
+        max_sockets_per_user=1_000,
     )
 
 

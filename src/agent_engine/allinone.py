@@ -32,6 +32,10 @@ from agent_engine.settings import Settings, to_libpq_url
 READY_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 20.0
 DEV_TOKEN_TTL = timedelta(days=7)
+# With its own generated secret, the all-in-one's api accepts the week-long demo tokens it prints
+# (a deployment's default is 24 h: AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS).
+DEMO_MAX_LIFETIME = DEV_TOKEN_TTL + timedelta(hours=1)
+MAX_LIFETIME_ENV = "AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS"
 
 
 def _jwt_secret(settings: Settings, data_dir: Path) -> str:
@@ -86,6 +90,12 @@ def run_all(
             "AGENT_ENGINE_JWT_SECRET": secret,
             "AGENT_ENGINE_LOG_FORMAT": log_format,
         }
+        token_ttl = DEV_TOKEN_TTL
+        if settings.jwt_secret is None and MAX_LIFETIME_ENV not in os.environ:
+            env[MAX_LIFETIME_ENV] = str(int(DEMO_MAX_LIFETIME.total_seconds()))
+        else:
+            # The operator's own secret keeps the operator's limit: the demo tokens fit in it.
+            token_ttl = min(DEV_TOKEN_TTL, timedelta(seconds=settings.jwt_max_lifetime_seconds))
         cli = [sys.executable, "-m", "agent_engine.cli"]
         for args in (
             ["serve", "--host", host, "--port", str(port)],
@@ -108,7 +118,7 @@ def run_all(
                 name="Demo Owner",
                 timezone="UTC",
                 admin=False,
-                ttl=DEV_TOKEN_TTL,
+                ttl=token_ttl,
             ),
             "admin": mint_token(
                 secret,
@@ -117,7 +127,7 @@ def run_all(
                 name="Demo Admin",
                 timezone="UTC",
                 admin=True,
-                ttl=DEV_TOKEN_TTL,
+                ttl=token_ttl,
             ),
         }
         _print_banner(base, tokens)

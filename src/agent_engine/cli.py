@@ -104,6 +104,7 @@ def run(
     seed: Annotated[bool, typer.Option(help="Seed the demo users, model and agent.")] = True,
 ) -> None:
     """All in one: embedded servers, migrations, demo seed, then api + worker + clock."""
+    from agent_engine.api.auth import verification_problem
     from agent_engine.embedded import missing_servers_message
 
     settings = _settings()
@@ -113,6 +114,10 @@ def run(
     )
     if missing:
         typer.echo(missing, err=True)
+        raise typer.Exit(2)
+    # Without a secret, `run` generates one; a given one must be strong enough.
+    if settings.jwt_secret and (problem := verification_problem(settings)):
+        typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
     from agent_engine.allinone import run_all
 
@@ -133,16 +138,14 @@ def serve(
     workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
 ) -> None:
     """The GraphQL API (HTTP and WebSocket), /healthz, /readyz and /metrics."""
+    from agent_engine.api.auth import verification_problem
     from agent_engine.api.server import serve as serve_api
 
     settings = _required(database=True, broker=False)
-    # Fail at start, not with every request refused: a server that cannot verify tokens is useless.
-    if not (settings.jwt_secret or settings.jwt_public_key or settings.jwt_public_key_file):
-        typer.echo(
-            "no token verification key: set AGENT_ENGINE_JWT_SECRET (HS256) or "
-            "AGENT_ENGINE_JWT_PUBLIC_KEY / AGENT_ENGINE_JWT_PUBLIC_KEY_FILE (RS256/ES256)",
-            err=True,
-        )
+    # Fail at start, not with every request refused: a server that cannot verify tokens is
+    # useless, and one with a short secret lets anyone who holds a token forge others.
+    if problem := verification_problem(settings):
+        typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
     serve_api(settings, host=host, port=port, workers=workers)
 
@@ -204,6 +207,7 @@ def token(
     ttl: Annotated[str, typer.Option(help="Lifetime: seconds or 30m, 12h, 7d.")] = "12h",
 ) -> None:
     """Print a development token signed with AGENT_ENGINE_JWT_SECRET."""
+    from agent_engine.allinone import DEMO_MAX_LIFETIME
     from agent_engine.api.auth import mint_token, parse_ttl
 
     settings = _attached_settings()
@@ -215,6 +219,18 @@ def token(
     except ValueError as exc:
         typer.echo(f"--ttl: {exc}", err=True)
         raise typer.Exit(2) from exc
+    # Beside `agent-engine run` (its generated secret), the api takes week-long demo tokens.
+    limit = (
+        DEMO_MAX_LIFETIME.total_seconds()
+        if _settings().jwt_secret is None
+        else settings.jwt_max_lifetime_seconds
+    )
+    if lifetime.total_seconds() > limit:
+        typer.echo(
+            f"warning: --ttl {ttl} is longer than the api accepts ({limit:g} s, "
+            "AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS): the token will be refused",
+            err=True,
+        )
     typer.echo(
         mint_token(
             settings.jwt_secret,

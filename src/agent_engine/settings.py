@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_engine.domain.credentials import parse_prefixes
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -41,6 +43,41 @@ class Settings(BaseSettings):
     jwt_public_key_file: Path | None = Field(default=None, description="File with the PEM key.")
     jwt_audience: str | None = Field(default=None, description="Required `aud`, if set.")
     jwt_issuer: str | None = Field(default=None, description="Required `iss`, if set.")
+    jwt_jwks_url: str | None = Field(
+        default=None,
+        description="The identity provider's JWKS URL; replaces the PEM key and the secret.",
+    )
+    jwt_jwks_cache_seconds: float = Field(
+        default=300.0, gt=0, description="How long a fetched key set is used before a refetch."
+    )
+    jwt_jwks_refetch_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="At most one fetch per this interval for tokens with an unknown `kid`.",
+    )
+    jwt_roles_claim: str = Field(
+        default="roles",
+        min_length=1,
+        description="Dotted path to the roles (e.g. realm_access.roles, groups).",
+    )
+    jwt_admin_role: str = Field(default="agent_admin", min_length=1)
+    jwt_user_id_claim: str = Field(
+        default="sub", min_length=1, description="Dotted path to the numeric user id."
+    )
+    jwt_max_lifetime_seconds: float = Field(
+        default=86400.0, gt=0, description="Tokens whose `exp` is further away are refused."
+    )
+    jwt_leeway_seconds: float = Field(
+        default=30.0, ge=0, description="Clock skew allowed on `exp`, `nbf` and `iat`."
+    )
+
+    credential_env_prefixes: str = Field(
+        default="",
+        description=(
+            "Comma-separated prefixes a model's apiKeyEnv (or a tool source's authEnv) must "
+            "start with; empty = any variable that is not an engine setting."
+        ),
+    )
 
     heartbeat_interval_seconds: float = Field(default=30.0, gt=0)
     stale_after_seconds: float = Field(default=90.0, gt=0)
@@ -96,7 +133,20 @@ class Settings(BaseSettings):
         default=50_000, ge=1, description="Static cost estimate a document may reach."
     )
     max_agents_per_owner: int = Field(default=200, ge=1)
-    max_subscriptions_per_connection: int = Field(default=20, ge=1)
+    max_subscriptions_per_connection: int = Field(
+        default=50,
+        ge=1,
+        validation_alias=AliasChoices(
+            "AGENT_ENGINE_MAX_SUBSCRIPTIONS_PER_SOCKET",
+            "AGENT_ENGINE_MAX_SUBSCRIPTIONS_PER_CONNECTION",
+        ),
+        description="Operations in flight on one WebSocket; one more is refused with an error.",
+    )
+    max_sockets_per_user: int = Field(
+        default=20,
+        ge=1,
+        description="WebSockets one user may hold open on one api process; one more is closed.",
+    )
     session_check_seconds: float = Field(
         default=2.0, gt=0, description="How often an api process looks for deactivated users."
     )
@@ -156,6 +206,10 @@ class Settings(BaseSettings):
         if any(s < 0 for s in value):
             raise ValueError("waits must be zero or more seconds")
         return value
+
+    @property
+    def credential_prefixes(self) -> tuple[str, ...]:
+        return parse_prefixes(self.credential_env_prefixes)
 
     @property
     def effective_broker_url(self) -> str | None:

@@ -79,7 +79,7 @@ BAD_TOKENS: dict[str, Callable[[Settings], str]] = {
     "wrong key": lambda s: _encode(
         {"sub": str(ALICE), "exp": _now() + 600}, "not-the-secret-" * 3, "HS256"
     ),
-    "expired": lambda s: _encode({"sub": str(ALICE), "exp": _now() - 5}, s.jwt_secret, "HS256"),
+    "expired": lambda s: _encode({"sub": str(ALICE), "exp": _now() - 120}, s.jwt_secret, "HS256"),
     "alg none": lambda s: _encode({"sub": str(ALICE), "exp": _now() + 600}, None, "none"),
     "non-numeric sub": lambda s: _encode(
         {"sub": "alice", "exp": _now() + 600}, s.jwt_secret, "HS256"

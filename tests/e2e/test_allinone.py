@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 
 from agent_engine.embedded import free_port
@@ -86,6 +87,10 @@ def test_run_starts_runs_the_sample_agent_and_keeps_data_across_restarts(data_di
     first = AllInOne(data_dir, free_port())
     try:
         token = first.wait_ready()
+        # The demo tokens are good for a week: the all-in-one raised the api's lifetime limit
+        # for its own generated secret (a deployment's default is 24 h).
+        lifetime = jwt.decode(token, options={"verify_signature": False})["exp"] - time.time()
+        assert lifetime > 6 * 86400
         agents = first.graphql(token, "{ viewer { agents { id name status nextRunAt } } }")
         [sample] = agents["viewer"]["agents"]
         assert sample["status"] == "SCHEDULED" and sample["nextRunAt"]

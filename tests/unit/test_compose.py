@@ -51,6 +51,16 @@ def test_compose_command_exists_in_the_cli(service: str, argv: list[str]) -> Non
     [
         (["serve"], {}, "DATABASE_URL is not set"),
         (["serve"], {"DATABASE_URL": "postgresql://x@h/db"}, "no token verification key"),
+        (
+            ["serve"],
+            {"DATABASE_URL": "postgresql://x@h/db", "AGENT_ENGINE_JWT_SECRET": "change-me"},
+            "AGENT_ENGINE_JWT_SECRET is 9 bytes long: it must be at least 32 bytes",
+        ),
+        (
+            ["run"],
+            {"AGENT_ENGINE_JWT_SECRET": "x" * 31},
+            "AGENT_ENGINE_JWT_SECRET is 31 bytes long: it must be at least 32 bytes",
+        ),
         (["worker"], {}, "DATABASE_URL is not set"),
         (["worker"], {"DATABASE_URL": "postgresql://x@h/db"}, "no broker"),
         (["clock"], {}, "no broker"),
@@ -68,11 +78,33 @@ def test_production_commands_refuse_to_start_without_their_configuration(
         "AGENT_ENGINE_JWT_SECRET",
         "AGENT_ENGINE_JWT_PUBLIC_KEY",
         "AGENT_ENGINE_JWT_PUBLIC_KEY_FILE",
+        "AGENT_ENGINE_JWT_JWKS_URL",
     ):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(app, argv, env=env)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_compose_ships_no_jwt_secret() -> None:
+    """Anyone who read the repository could sign an admin token for a default deployment:
+    compose refuses to start until the operator sets a secret."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    values = [
+        service["environment"]["AGENT_ENGINE_JWT_SECRET"]
+        for service in compose["services"].values()
+        if isinstance(service.get("environment"), dict)
+        and "AGENT_ENGINE_JWT_SECRET" in service["environment"]
+    ] + [
+        anchor.get("AGENT_ENGINE_JWT_SECRET")
+        for anchor in compose.values()
+        if isinstance(anchor, dict) and "AGENT_ENGINE_JWT_SECRET" in anchor
+    ]
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "${AGENT_ENGINE_JWT_SECRET:?" in text
+    assert "AGENT_ENGINE_JWT_SECRET:-" not in text
+    for value in values:
+        assert value.startswith("${AGENT_ENGINE_JWT_SECRET:?"), value
 
 
 def test_the_monitoring_profile_provisions_prometheus_and_grafana_from_deploy() -> None:

@@ -36,3 +36,18 @@ def test_the_in_flight_limit_comes_from_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("AGENT_ENGINE_RUNS_IN_FLIGHT", "0")
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_the_credential_allow_list_is_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES", raising=False)
+    assert Settings().credential_prefixes == ()
+    monkeypatch.setenv("AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES", "LLM_, OPENAI_,")
+    assert Settings().credential_prefixes == ("LLM_", "OPENAI_")
+
+
+def test_token_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS", "3600")
+    monkeypatch.setenv("AGENT_ENGINE_JWT_ROLES_CLAIM", "realm_access.roles")
+    settings = Settings()
+    assert (settings.jwt_max_lifetime_seconds, settings.jwt_leeway_seconds) == (3600, 30)
+    assert settings.jwt_roles_claim == "realm_access.roles"

@@ -8,7 +8,6 @@ the settings, the broker used to send execute messages after a manual start, and
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -38,21 +37,19 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
-from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.auth import (
+    TokenVerifier,
     Viewer,
     bearer_token,
     needs_provisioning,
     provision_user,
-    short_secret_warning,
-    verify_token,
+    verification_problem,
     viewer_of,
 )
+from agent_engine.api.collector import tune_gc
 from agent_engine.api.context import Context, Enqueue
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import ApiError, Unauthenticated
-from agent_engine.api.events import RunEventHub
-from agent_engine.api.fanout import Broadcaster
 from agent_engine.api.graphql_http import (
     APPLICATION_JSON,
     is_request_error,
@@ -62,9 +59,10 @@ from agent_engine.api.graphql_http import CONTENT_TYPE as GRAPHQL_RESPONSE_CONTE
 from agent_engine.api.guards import BodySizeLimit, document_guards
 from agent_engine.api.health import healthz, readyz
 from agent_engine.api.http_operations import ReleaseLoaders, SubscriptionsOverSocketsOnly
+from agent_engine.api.live import LiveUpdates
 from agent_engine.api.loaders import Loaders
 from agent_engine.api.schema import build_schema
-from agent_engine.api.sessions import SessionHandler, SessionRegistry
+from agent_engine.api.sessions import SessionHandler, SessionRegistry, check_room
 from agent_engine.api.state import State, state_of
 from agent_engine.db.engine import create_engine
 from agent_engine.db.users import read_user
@@ -109,16 +107,14 @@ async def _authenticate(
         token = bearer_token(authorization)
         if token is None:
             return None, None
-        claims = verify_token(state["settings"], token)
+        claims = await state["verifier"].verify(token)
         # A read first; the upsert (its own transaction) only on first sight or changed claims,
         # after the reader went back to the pool.
         if loaders is not None:
             async with loaders.connection() as conn:
                 row = await read_user(conn, claims.user_id)
-        else:
-            async with state["engine"].connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                row = await read_user(conn, claims.user_id)
+        else:  # a WebSocket: read with the other sockets' checks of the moment
+            row = await state["sessions"].read_user(claims.user_id)
         if row is None or needs_provisioning(row, claims):
             row = await provision_user(state["engine"], claims, now=now)
         return viewer_of(row, claims), None
@@ -185,10 +181,6 @@ class GraphQLView(GraphQL[Context, None]):
             now=self.clock(),
             request=request,
             response=response,
-            hub=state["hub"],
-            sessions=state["sessions"],
-            alert_feed=state["alert_feed"],
-            broadcaster=state["broadcaster"],
             clock=self.clock,
         )
         if isinstance(request, Request):
@@ -214,6 +206,7 @@ class GraphQLView(GraphQL[Context, None]):
         if viewer is None:
             error = error or Unauthenticated()
             raise ConnectionRejectionError({"message": error.message, **error.extensions})
+        check_room(context, viewer.user_id)  # closed 4429 by the session handler
         context.viewer = viewer
         return cast(UnsetType, UNSET)
 
@@ -316,6 +309,18 @@ async def metrics(request: Request) -> Response:
     return Response(render(snapshot), media_type=CONTENT_TYPE)
 
 
+class _FeedCount:
+    """The open subscriptions of one field (`app.state.alert_feed.subscriber_count`)."""
+
+    def __init__(self, live: LiveUpdates, field: str) -> None:
+        self._live = live
+        self._field = field
+
+    @property
+    def subscriber_count(self) -> int:
+        return self._live.broadcaster.members_of(self._field)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -335,31 +340,25 @@ def create_app(
             if engine is None
             else engine
         )
-        if warning := short_secret_warning(settings):
-            logger.warning(warning)
+        if problem := verification_problem(settings):
+            # `serve` and `run` refuse to start first (exit 2); a factory caller gets this.
+            raise RuntimeError(problem)
         try:
             async with active.begin() as conn:
                 await sync_tool_catalog(conn)
             broker, enqueue = _broker(settings)
-            hub = RunEventHub(
-                active.url.render_as_string(hide_password=False),
-                queue_size=settings.subscriber_queue_size,
+            # One bus over one LISTEN connection feeds every subscription (api/live/).
+            live = LiveUpdates(active, queue_size=settings.subscriber_queue_size)
+            await live.start(listen_timeout=HUB_LISTEN_TIMEOUT_SECONDS)
+            # Tests and operators find the process's live path here (subscriber count, listening).
+            app.state.live = app.state.hub = live
+            app.state.broadcaster = live.broadcaster
+            app.state.alert_feed = _FeedCount(live, "budgetAlerts")
+            sessions = SessionRegistry(
+                active,
+                interval_seconds=settings.session_check_seconds,
+                max_sockets_per_user=settings.max_sockets_per_user,
             )
-            # Budget alerts come over the hub's LISTEN connection too (budgetAlerts).
-            alert_feed = BudgetAlertFeed(queue_size=settings.subscriber_queue_size)
-            alert_feed.attach(hub)
-            await hub.start()
-            broadcaster = Broadcaster(queue_size=settings.subscriber_queue_size)
-            # Tests and operators find the process's hub here (subscriber count, listening).
-            app.state.hub = hub
-            app.state.alert_feed = alert_feed
-            app.state.broadcaster = broadcaster
-            try:
-                async with asyncio.timeout(HUB_LISTEN_TIMEOUT_SECONDS):
-                    await hub.wait_listening()
-            except TimeoutError:
-                logger.warning("run events: not listening yet; subscriptions wait for it")
-            sessions = SessionRegistry(active, interval_seconds=settings.session_check_seconds)
             await sessions.start()
             # Tests and operators find the process's sessions here too.
             app.state.sessions = sessions
@@ -369,20 +368,19 @@ def create_app(
                     settings=settings,
                     broker=broker,
                     enqueue=enqueue,
-                    hub=hub,
+                    live=live,
                     sessions=sessions,
-                    alert_feed=alert_feed,
-                    broadcaster=broadcaster,
+                    verifier=verifier,
                 )
             finally:
                 await sessions.stop()
-                await broadcaster.stop()
-                await hub.stop()
-                alert_feed.close()
+                await live.stop()
         finally:
             if own_engine:
                 await active.dispose()
 
+    # One per process, for HTTP requests and WebSocket sessions alike (the JWKS cache).
+    verifier = TokenVerifier(settings)
     view = GraphQLView(settings, clock or (lambda: datetime.now(UTC)))
     return Starlette(
         routes=[
@@ -410,7 +408,9 @@ def create_app(
 
 def create_app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` worker processes: each loads Settings itself."""
-    return create_app(load_settings())
+    app = create_app(load_settings())
+    tune_gc()
+    return app
 
 
 __all__ = ["GraphQLView", "State", "create_app", "create_app_from_environment"]

@@ -1,8 +1,13 @@
 """Bearer-token authentication and just-in-time user provisioning.
 
-Tokens are JWTs: HS256 with `AGENT_ENGINE_JWT_SECRET`, or RS256/ES256 with a public key (which then
-replaces the secret). `exp` is required, `alg: none` is never accepted. Claims: `sub` (numeric user
-id), `email`, `name`, `zoneinfo` (IANA zone), `roles` (`agent_admin` grants admin).
+Tokens are JWTs, verified by one `TokenVerifier` per api process (HTTP and WebSocket alike):
+against the identity provider's JWKS (`AGENT_ENGINE_JWT_JWKS_URL`, `api/jwks.py`), a PEM public key
+(RS256/ES256), or an HS256 secret of at least 32 bytes -- in that order; the first configured one
+is the only one used. `exp` is required and may be at most `AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS`
+away (a leaked long-lived token is refused); `alg: none` is never accepted, nor HS256 with a
+public key. Claims: the user id (`sub` unless `AGENT_ENGINE_JWT_USER_ID_CLAIM`, numeric), `email`,
+`name`, `zoneinfo` (IANA zone), and the roles (`AGENT_ENGINE_JWT_ROLES_CLAIM`, a dotted path,
+default `roles`); `AGENT_ENGINE_JWT_ADMIN_ROLE` (default `agent_admin`) grants admin.
 
 A user is upserted from the claims on first sight and refreshed when the claims change. A
 deactivated user stays deactivated: the token is verified, the user is refused with FORBIDDEN
@@ -12,8 +17,9 @@ deactivated user stays deactivated: the token is verified, the user is refused w
 from __future__ import annotations
 
 import re
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,11 +27,13 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jwt
+from jwt import PyJWK
 from jwt.warnings import InsecureKeyLengthWarning
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
+from agent_engine.api.jwks import JwksKeys, JwksUnavailable, UnknownKey
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.db.users import UserRow, upsert_user
 from agent_engine.domain.zones import zone_or_utc
@@ -107,14 +115,23 @@ def mint_token(
         return jwt.encode(claims, secret, algorithm="HS256")
 
 
-def short_secret_warning(settings: Settings) -> str | None:
-    """A warning for the operator when the HS256 secret is shorter than RFC 7518 recommends."""
-    if settings.jwt_verification_key() or not settings.jwt_secret:
+def verification_problem(settings: Settings) -> str | None:
+    """Why the api cannot verify tokens safely with these settings (it must not start), or None.
+    A short HS256 secret can be brute-forced offline from any token it signed."""
+    if settings.jwt_jwks_url or settings.jwt_verification_key():
         return None
-    if len(settings.jwt_secret.encode()) < MIN_HS256_SECRET_BYTES:
+    if not settings.jwt_secret:
         return (
-            f"AGENT_ENGINE_JWT_SECRET is shorter than {MIN_HS256_SECRET_BYTES} bytes; "
-            "use a longer random secret in production"
+            "no token verification key: set AGENT_ENGINE_JWT_SECRET (HS256, at least "
+            f"{MIN_HS256_SECRET_BYTES} random bytes, e.g. `openssl rand -base64 32`), "
+            "AGENT_ENGINE_JWT_PUBLIC_KEY / AGENT_ENGINE_JWT_PUBLIC_KEY_FILE (RS256/ES256) or "
+            "AGENT_ENGINE_JWT_JWKS_URL (the identity provider's keys)"
+        )
+    length = len(settings.jwt_secret.encode())
+    if length < MIN_HS256_SECRET_BYTES:
+        return (
+            f"AGENT_ENGINE_JWT_SECRET is {length} bytes long: it must be at least "
+            f"{MIN_HS256_SECRET_BYTES} bytes of random data (e.g. `openssl rand -base64 32`)"
         )
     return None
 
@@ -137,46 +154,102 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip()
 
 
-def verify_token(settings: Settings, token: str) -> Claims:
-    """Check the signature, `exp` (required) and the optional `aud`/`iss`; read the claims."""
-    public_key = settings.jwt_verification_key()
-    if public_key:
-        key: str = public_key
-        algorithms = ASYMMETRIC_ALGORITHMS
-    elif settings.jwt_secret:
-        key = settings.jwt_secret
-        algorithms = SYMMETRIC_ALGORITHMS
-    else:
-        raise Unauthenticated("this server has no token verification key configured")
-    options: jwt.types.Options = {"require": ["exp", "sub"]}
-    try:
-        with _short_secret_allowed():
-            payload = jwt.decode(
-                token,
-                key,
-                algorithms=algorithms,
-                audience=settings.jwt_audience,
-                issuer=settings.jwt_issuer,
-                options=options,
+class TokenVerifier:
+    """Verifies bearer tokens for one api process; holds the JWKS cache when one is configured."""
+
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self._settings = settings
+        self._clock = clock
+        self.jwks = (
+            JwksKeys(
+                settings.jwt_jwks_url,
+                cache_seconds=settings.jwt_jwks_cache_seconds,
+                refetch_seconds=settings.jwt_jwks_refetch_seconds,
             )
-    except jwt.ExpiredSignatureError as exc:
-        raise Unauthenticated("the token has expired") from exc
-    except jwt.PyJWTError as exc:
-        raise Unauthenticated(f"invalid token: {exc}") from exc
-    return _claims(payload)
+            if settings.jwt_jwks_url
+            else None
+        )
+        self._public_key = None if self.jwks else settings.jwt_verification_key()
+
+    async def verify(self, token: str) -> Claims:
+        """Check the signature, `exp` (required, not too far away) and the optional
+        `aud`/`iss`; read the claims."""
+        settings = self._settings
+        key: str | PyJWK
+        if self.jwks is not None:
+            key, algorithms = await self._jwks_key(token)
+        elif self._public_key:
+            key, algorithms = self._public_key, ASYMMETRIC_ALGORITHMS
+        elif settings.jwt_secret:
+            key, algorithms = settings.jwt_secret, SYMMETRIC_ALGORITHMS
+        else:
+            raise Unauthenticated("this server has no token verification key configured")
+        options: jwt.types.Options = {"require": ["exp"]}
+        try:
+            with _short_secret_allowed():
+                payload = jwt.decode(
+                    token,
+                    key,
+                    algorithms=algorithms,
+                    audience=settings.jwt_audience,
+                    issuer=settings.jwt_issuer,
+                    leeway=settings.jwt_leeway_seconds,
+                    options=options,
+                )
+        except jwt.ExpiredSignatureError as exc:
+            raise Unauthenticated("the token has expired") from exc
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"invalid token: {exc}") from exc
+        self._check_lifetime(payload)
+        return claims_of(payload, settings)
+
+    def _check_lifetime(self, payload: dict[str, Any]) -> None:
+        exp = payload.get("exp")
+        limit = self._settings.jwt_max_lifetime_seconds
+        if isinstance(exp, int | float) and exp - self._clock() > (
+            limit + self._settings.jwt_leeway_seconds
+        ):
+            raise Unauthenticated(
+                f"the token lives too long: its `exp` is more than {_duration(limit)} away "
+                "(AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS); ask for a shorter-lived token"
+            )
+
+    async def _jwks_key(self, token: str) -> tuple[PyJWK, list[str]]:
+        assert self.jwks is not None
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"invalid token: {exc}") from exc
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            raise Unauthenticated("invalid token: `kid` must be a string")
+        try:
+            key = await self.jwks.key_for(kid)
+        except JwksUnavailable as exc:
+            raise Unauthenticated(
+                "cannot verify tokens now: the identity provider's signing keys "
+                "(AGENT_ENGINE_JWT_JWKS_URL) could not be fetched; try again later"
+            ) from exc
+        except UnknownKey as exc:
+            raise Unauthenticated(f"invalid token: {exc}") from exc
+        # The key decides the algorithm: a token claiming another (e.g. HS256 "signed" with
+        # the public key) is refused by the decode.
+        return key, [key.algorithm_name]
 
 
-def _claims(payload: dict[str, Any]) -> Claims:
-    sub = payload.get("sub")
-    if not isinstance(sub, str | int) or isinstance(sub, bool) or not str(sub).isdigit():
-        raise Unauthenticated("invalid token: `sub` must be a numeric user id")
-    user_id = int(sub)
+def claims_of(payload: dict[str, Any], settings: Settings) -> Claims:
+    """The claims the api reads, from a verified payload."""
+    raw_id = _claim_at(payload, settings.jwt_user_id_claim)
+    name = settings.jwt_user_id_claim
+    if not isinstance(raw_id, str | int) or isinstance(raw_id, bool) or not str(raw_id).isdigit():
+        raise Unauthenticated(f"invalid token: `{name}` must be a numeric user id")
+    user_id = int(raw_id)
     if not 0 < user_id <= MAX_USER_ID:
-        raise Unauthenticated("invalid token: `sub` is out of range")
-    roles = payload.get("roles") or []
+        raise Unauthenticated(f"invalid token: `{name}` is out of range")
+    roles = _claim_at(payload, settings.jwt_roles_claim) or []
     if isinstance(roles, str):
         roles = roles.split()
-    admin = isinstance(roles, list) and ADMIN_ROLE in roles
+    admin = isinstance(roles, list) and settings.jwt_admin_role in roles
     exp = payload.get("exp")
     return Claims(
         user_id=user_id,
@@ -190,6 +263,25 @@ def _claims(payload: dict[str, Any]) -> Claims:
             else None
         ),
     )
+
+
+def _claim_at(payload: dict[str, Any], path: str) -> object:
+    """The value at a dotted path (`realm_access.roles`); a claim whose name holds the dots
+    itself (`https://example.com/roles`-style names) is found too."""
+    if path in payload:
+        return payload[path]
+    value: object = payload
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _duration(seconds: float) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds:g} s"
 
 
 def _text_claim(payload: dict[str, Any], name: str) -> str | None:

@@ -1,11 +1,18 @@
-"""The per-request context: who is asking, the engine, the loaders and the request's `now`."""
+"""The per-operation context: who is asking, the loaders and the operation's `now`.
+
+One per HTTP request and one per WebSocket operation (`api/sessions.py`): never shared by two
+operations, so its clock, its loaders and its viewer are those of the operation. The process's
+services (the live-update bus, the sessions) are in the lifespan `State` (`api/state.py`), not
+here.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -13,12 +20,6 @@ from agent_engine.api.auth import Viewer
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.loaders import Loaders
 from agent_engine.settings import Settings
-
-if TYPE_CHECKING:
-    from agent_engine.api.alert_events import BudgetAlertFeed
-    from agent_engine.api.events import RunEventHub
-    from agent_engine.api.fanout import Broadcaster
-    from agent_engine.api.sessions import SessionRegistry
 
 Enqueue = Callable[[int], None]
 
@@ -36,14 +37,7 @@ class Context:
     response: Any = None
     # Set by Strawberry from the graphql-transport-ws `connection_init` payload.
     connection_params: dict[str, Any] | None = None
-    # The process's run-event hub (subscriptions) and the clock `now` was read from.
-    hub: RunEventHub | None = None
-    # The process's WebSocket sessions (closed on deactivation; see api/sessions.py).
-    sessions: SessionRegistry | None = None
-    # Budget alerts as they are recorded (the budgetAlerts subscription).
-    alert_feed: BudgetAlertFeed | None = None
-    # The process's subscription groups (api/fanout/): one execution per event and group.
-    broadcaster: Broadcaster | None = None
+    # The clock `now` was read from.
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
     _loaders: Loaders | None = field(default=None, init=False, repr=False)
 
@@ -59,6 +53,11 @@ class Context:
         """Give the loaders' shared connection back to the pool (if they were ever used)."""
         if self._loaders is not None:
             await self._loaders.release()
+
+    def for_operation(self, viewer: Viewer) -> Context:
+        """A fresh context for the next operation of a WebSocket (this one is the socket's): its
+        own `now`, no loaders yet, the viewer just checked."""
+        return dataclasses.replace(self, now=self.clock(), viewer=viewer, auth_error=None)
 
     def refresh(self) -> None:
         """A new `now` and empty loaders: a WebSocket context outlives many events, and each

@@ -24,15 +24,27 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when the database and the broker answer; 503 naming what is down otherwise."""
+    """Ready when the database and the broker answer (and, with a JWKS URL, the identity
+    provider's keys are held); 503 naming what is down otherwise."""
     state = state_of(request)
     database, broker = await asyncio.gather(
         _check_database(state["engine"]), _check_broker(state["settings"].effective_broker_url)
     )
     body: dict[str, str] = {"database": database, "broker": broker}
     # Informational: a reconnecting listener delays subscription events, not requests.
-    body["events"] = "listening" if state["hub"].listening else "reconnecting"
+    body["events"] = "listening" if state["live"].listening else "reconnecting"
     down = [name for name in ("database", "broker") if body[name] == "unreachable"]
+    jwks = state["verifier"].jwks
+    if jwks is not None:
+        # Without the keys no token verifies: the api cannot serve anyone.
+        try:
+            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+                status = await jwks.status()
+            body["jwks"] = status.detail
+        except TimeoutError:
+            body["jwks"] = "unreachable: no answer in time"
+        if not body["jwks"].startswith("ok"):
+            down.append("jwks")
     if down:
         return JSONResponse({"status": "unavailable", "down": down, **body}, status_code=503)
     return JSONResponse({"status": "ready", **body})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from agent_engine.api.collector import tune_gc
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings
 
@@ -28,8 +29,10 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
     # Imported only here: the supervisor of several workers never builds an app (start-up cost).
     from agent_engine.api.app import create_app
 
+    app = create_app(settings)
+    tune_gc()
     uvicorn.run(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         log_level=settings.log_level.lower(),

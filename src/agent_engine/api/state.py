@@ -1,4 +1,7 @@
-"""The lifespan's state: what every request and socket of an api process shares."""
+"""The lifespan's state: what every request and socket of an api process shares.
+
+Resolvers and the socket handler reach these services through `state_of(context.request)`; the
+per-operation `Context` carries none of them."""
 
 from __future__ import annotations
 
@@ -8,10 +11,9 @@ import dramatiq
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import HTTPConnection
 
-from agent_engine.api.alert_events import BudgetAlertFeed
+from agent_engine.api.auth import TokenVerifier
 from agent_engine.api.context import Enqueue
-from agent_engine.api.events import RunEventHub
-from agent_engine.api.fanout import Broadcaster
+from agent_engine.api.live import LiveUpdates
 from agent_engine.api.sessions import SessionRegistry
 from agent_engine.settings import Settings
 
@@ -21,10 +23,10 @@ class State(TypedDict):
     settings: Settings
     broker: dramatiq.Broker | None
     enqueue: Enqueue
-    hub: RunEventHub
+    # The live-update path (bus, LISTEN source, subscription groups): api/live/.
+    live: LiveUpdates
     sessions: SessionRegistry
-    alert_feed: BudgetAlertFeed
-    broadcaster: Broadcaster
+    verifier: TokenVerifier
 
 
 def state_of(connection: HTTPConnection) -> State:

@@ -1,35 +1,45 @@
-"""Subscription fields: live run events and the viewer's budget, fed by the process's RunEventHub.
+"""Subscription fields: each a feed on the process's live-update bus (`api/live/`).
 
-Each event is resolved from the row the hub loaded for *its* transition (never a fresh load), so
-a subscriber sees every state once, in order, each with its previous state. The stream is live:
-a client that reconnects re-queries the journal for what it missed (DESIGN §7).
+Each event is resolved from the row the bus loaded for *its* transition (never a fresh load), so
+a subscriber sees every state once, in order, each with its previous state. `runEvents`,
+`budget` and `budgetAlerts` are live: a client that reconnects re-queries the journal for what it
+missed (DESIGN §7). `runSteps` replays the steps so far, then follows the run to its end.
 
 The resolvers check the viewer and the arguments when the operation starts (UNAUTHENTICATED,
-NOT_FOUND for someone else's agent: the client gets a protocol `error` message instead of a
-stream that ends with an error), then return a shared stream (api/fanout/): subscribers with
-the same document, variables and audience are executed once per event, together.
+NOT_FOUND for someone else's agent or run: the client gets a protocol `error` message, before
+anything is read), then return a shared stream: subscribers with the same document, variables
+and audience are executed once per event, together.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import strawberry
 
 from agent_engine.api.access import is_owner, visible_agent, visible_run
-from agent_engine.api.alert_events import BudgetAlertFeed
 from agent_engine.api.context import Context
-from agent_engine.api.events import RunEvent as HubEvent
-from agent_engine.api.events import RunEventHub, Subscriber
-from agent_engine.api.fanout import SKIP, SUBSCRIBER_TOO_SLOW, Feed, SubscriberLagged, shared_stream
 from agent_engine.api.ids import parse_id
+from agent_engine.api.live import (
+    SKIP,
+    SUBSCRIBER_TOO_SLOW,
+    Feed,
+    LiveBus,
+    LiveUpdates,
+    StepEvent,
+    SubscriberTooSlow,
+    Topic,
+    shared_stream,
+)
+from agent_engine.api.live import RunEvent as BusRunEvent
+from agent_engine.api.live import Subscription as BusSubscription
 from agent_engine.api.resolvers import Info
-from agent_engine.api.subscribers import SubscriberTooSlow
+from agent_engine.api.state import state_of
 from agent_engine.api.types.agents import Run, RunEvent
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep
-from agent_engine.db.run_events import steps_since
+from agent_engine.db.alerts import BudgetAlert as AlertRow
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.domain.runs import TERMINAL_STATES, RunState
@@ -44,37 +54,40 @@ def described_subscription(description: str) -> Callable[[F], F]:
     return decorator
 
 
-def _hub(context: Context) -> RunEventHub:
-    if context.hub is None:
-        raise RuntimeError("subscriptions need the run-event hub of the api process")
-    return context.hub
+def _live(info: Info) -> LiveUpdates:
+    """The process's live path, from the lifespan state (not the per-operation context)."""
+    return state_of(info.context.request)["live"]
 
 
-def run_events_feed(hub: RunEventHub, owner_id: int | None, agent_id: int | None) -> Feed:
+def run_events_feed(bus: LiveBus, owner_id: int | None, agent_id: int | None) -> Feed:
     """`owner_id`'s run events (None: every owner's), or one agent's."""
 
-    def open_source(queue_size: int | None, counted: bool) -> Subscriber:
-        return hub.subscribe(
-            owner_id=owner_id, agent_id=agent_id, queue_size=queue_size, counted=counted
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[BusRunEvent]:
+        return bus.subscribe(
+            Topic.RUNS,
+            owner_id=owner_id,
+            agent_id=agent_id,
+            queue_size=queue_size,
+            counted=counted,
         )
 
     return Feed(("runEvents", owner_id, agent_id), open_source, _run_event)
 
 
-def _run_event(event: HubEvent, context: Context) -> RunEvent:
+def _run_event(event: BusRunEvent, context: Context) -> RunEvent:
     return RunEvent(
         run=Run.from_row(RunRow.from_row(event.run), owner_id=event.owner_id),
         previous_state=RunState(event.previous_state) if event.previous_state else None,
     )
 
 
-def budget_feed(hub: RunEventHub, owner_id: int) -> Feed:
+def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
     """The owner's budget after each of their runs finishes."""
 
-    def open_source(queue_size: int | None, counted: bool) -> Subscriber:
-        return hub.subscribe(owner_id=owner_id, queue_size=queue_size, counted=counted)
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[BusRunEvent]:
+        return bus.subscribe(Topic.RUNS, owner_id=owner_id, queue_size=queue_size, counted=counted)
 
-    async def budget(event: HubEvent, context: Context) -> Any:
+    async def budget(event: BusRunEvent, context: Context) -> Any:
         if event.state not in TERMINAL_STATES:
             return SKIP
         async with context.engine.connect() as conn:
@@ -84,56 +97,37 @@ def budget_feed(hub: RunEventHub, owner_id: int) -> Feed:
     return Feed(("budget", owner_id), open_source, budget)
 
 
-def _alert_feed(context: Context) -> BudgetAlertFeed:
-    if context.alert_feed is None:
-        raise RuntimeError("budgetAlerts needs the alert feed of the api process")
-    return context.alert_feed
+def budget_alerts_feed(bus: LiveBus, owner_id: int | None) -> Feed:
+    """Budget alerts as recorded: `owner_id`'s (None: every owner's). No read per event."""
+
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[AlertRow]:
+        return bus.subscribe(
+            Topic.ALERTS, owner_id=owner_id, queue_size=queue_size, counted=counted
+        )
+
+    def alert(event: AlertRow, context: Context) -> BudgetAlert:
+        return BudgetAlert.from_value(event)
+
+    return Feed(("budgetAlerts", owner_id), open_source, alert)
 
 
-async def _budget_alerts(
-    context: Context, owner_id: int | None
-) -> AsyncGenerator[BudgetAlert, None]:
-    subscriber = _alert_feed(context).subscribe(owner_id=owner_id)
-    try:
-        async for alert in subscriber.alerts():
-            context.refresh()
-            yield BudgetAlert.from_value(alert)
-    except SubscriberTooSlow as exc:
-        raise SubscriberLagged(str(exc)) from exc
-    finally:
-        subscriber.close()
+def run_steps_feed(bus: LiveBus, run_id: int, owner_id: int) -> Feed:
+    """One run's steps: the replay, then each change (read once per change by the bus)."""
 
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[StepEvent]:
+        return bus.watch_steps(run_id, owner_id=owner_id, queue_size=queue_size, counted=counted)
 
-async def _run_steps(
-    context: Context, run_id: int, *, owner_view: bool
-) -> AsyncGenerator[RunStep, None]:
-    """The steps written so far, then each step as it starts and as it finishes; ends when the
-    run is terminal. Re-reads after every wake-up and emits what changed since it last looked."""
-    watch = _hub(context).watch_steps(run_id)  # before the first read: no change falls between
-    emitted: dict[int, bool] = {}  # index -> whether its finished form went out
-    from_index = 0
-    try:
-        while True:
-            async with context.engine.connect() as conn:
-                rows = await steps_since(conn, run_id, from_index=from_index)
-            if not rows:  # the run was deleted with its agent
-                return
-            for row in rows:
-                if row["index"] is None:
-                    continue
-                index, finished = int(row["index"]), row["finished_at"] is not None
-                before = emitted.get(index)
-                if before is None or (finished and not before):
-                    emitted[index] = finished
-                    context.refresh()
-                    yield RunStep.from_row(StepRow.from_row(row), owner_view=owner_view)
-            while emitted.get(from_index):
-                from_index += 1
-            if rows[0]["run_state"] in TERMINAL_STATES:
-                return
-            await watch.wait()
-    finally:
-        watch.close()
+    def step(event: StepEvent, context: Context) -> RunStep:
+        viewer = context.require_viewer()
+        return RunStep.from_row(StepRow.from_row(event.row), owner_view=is_owner(viewer, owner_id))
+
+    async def replay() -> tuple[list[StepEvent], bool]:
+        return await bus.replay_steps(run_id, owner_id)
+
+    def shown_as(event: StepEvent) -> tuple[int, int]:
+        return event.index, 1 if event.finished else 0
+
+    return Feed(("runSteps", run_id), open_source, step, replay=replay, shown_as=shown_as)
 
 
 @strawberry.type
@@ -153,24 +147,27 @@ class Subscription:
             agent = (await visible_agent(info, parse_id(agent_id, "agentId"))).id
         # Owners see their own agents' runs; admins everyone's (also for a given agent).
         owner = None if viewer.is_admin else viewer.user_id
-        return shared_stream(info, run_events_feed(_hub(info.context), owner, agent))
+        live = _live(info)
+        return shared_stream(info, run_events_feed(live.bus, owner, agent), live.broadcaster)
 
     @described_subscription(
         description="The viewer's budget, emitted whenever one of the viewer's runs finishes."
     )
     async def budget(self, info: Info) -> AsyncIterator[Budget]:
         viewer = info.context.require_viewer()
-        return shared_stream(info, budget_feed(_hub(info.context), viewer.user_id))
+        live = _live(info)
+        return shared_stream(info, budget_feed(live.bus, viewer.user_id), live.broadcaster)
 
     @described_subscription(
         description=(
             "Budget alerts as they are recorded: the viewer's own, or every owner's for an admin."
         )
     )
-    async def budget_alerts(self, info: Info) -> AsyncGenerator[BudgetAlert, None]:
+    async def budget_alerts(self, info: Info) -> AsyncIterator[BudgetAlert]:
         viewer = info.context.require_viewer()
-        _alert_feed(info.context)
-        return _budget_alerts(info.context, None if viewer.is_admin else viewer.user_id)
+        live = _live(info)
+        owner = None if viewer.is_admin else viewer.user_id
+        return shared_stream(info, budget_alerts_feed(live.bus, owner), live.broadcaster)
 
     @described_subscription(
         description=(
@@ -178,18 +175,20 @@ class Subscription:
             "and again when it finishes. Ends when the run finishes (at once for a finished run)."
         )
     )
-    async def run_steps(self, info: Info, run_id: strawberry.ID) -> AsyncGenerator[RunStep, None]:
-        viewer = info.context.require_viewer()
+    async def run_steps(self, info: Info, run_id: strawberry.ID) -> AsyncIterator[RunStep]:
+        info.context.require_viewer()
         ident = parse_id(run_id, "runId")
-        _, owner_id = await visible_run(info, ident)
-        _hub(info.context)
-        return _run_steps(info.context, ident, owner_view=is_owner(viewer, owner_id))
+        _, owner_id = await visible_run(info, ident)  # NOT_FOUND before anything is read
+        live = _live(info)
+        return shared_stream(info, run_steps_feed(live.bus, ident, owner_id), live.broadcaster)
 
 
 __all__ = [
     "SUBSCRIBER_TOO_SLOW",
-    "SubscriberLagged",
+    "SubscriberTooSlow",
     "Subscription",
+    "budget_alerts_feed",
     "budget_feed",
     "run_events_feed",
+    "run_steps_feed",
 ]

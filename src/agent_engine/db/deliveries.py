@@ -56,6 +56,7 @@ class DeliveryRow:
     attempts: int
     url: str
     secret_env: str
+    target_name: str = ""
 
     @classmethod
     def from_row(cls, row: AnyRow) -> DeliveryRow:
@@ -67,6 +68,7 @@ class DeliveryRow:
             attempts=int(values["attempts"]),
             url=values["url"],
             secret_env=values["secret_env"],
+            target_name=values["target_name"],
         )
 
 
@@ -156,7 +158,8 @@ LEASE = text(
     " WHERE run_deliveries.id = t.id"
 )
 LOAD_LEASED = text(
-    "SELECT d.id, d.webhook_id, d.payload, d.attempts, t.url, t.secret_env"
+    "SELECT d.id, d.webhook_id, d.payload, d.attempts, t.url, t.secret_env,"
+    " t.name AS target_name"
     " FROM run_deliveries d JOIN delivery_targets t ON t.id = d.target_id"
     " WHERE d.id = :id AND d.status = 'pending' AND d.lease_token = :token"
 )

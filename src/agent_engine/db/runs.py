@@ -156,7 +156,7 @@ class DueAgent:
 CONTEXT_COLUMNS = """
     r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
     u.timezone AS owner_timezone,
-    m.provider, m.model, m.base_url, m.api_key_env,
+    m.provider, m.model, m.base_url, m.api_key_env, m.name AS model_name,
     ARRAY(
         SELECT t.name FROM agent_tools at JOIN tools t ON t.id = at.tool_id
         WHERE at.agent_id = a.id AND t.agents_allowed

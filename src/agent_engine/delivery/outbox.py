@@ -98,11 +98,19 @@ async def deliver(
     if row is None:
         return None
     attempt_number = row.attempts + 1
+    target = f"target {row.target_name!r}"
     try:
         webhook = load_secret(row.secret_env, environ)
     except SecretProblem as exc:
-        # A configuration error, not a receiver's hiccup: retrying would not help.
-        attempt = Attempt(DeliveryStatus.FAILED, None, str(exc))
+        # A configuration error, not a receiver's hiccup: retrying would not help. The owner
+        # reads that the target is misconfigured; the variable's name is the admin's (the log).
+        log.error("delivery %s to %s: %s", delivery_id, target, exc)
+        attempt = Attempt(
+            DeliveryStatus.FAILED,
+            None,
+            f"{target}: its signing secret is not configured on the workers (an admin must fix"
+            " it; details in the worker log)",
+        )
         await _record(engine, delivery_id, token, attempt, now=now_fn(), next_at=None)
         return attempt
     at = now_fn().astimezone(UTC)
@@ -112,6 +120,9 @@ async def deliver(
         "user-agent": USER_AGENT,
     }
     code: int | None = None
+    # What the owner reads names the target and the kind of failure; the URL, the redirect's
+    # location and the receiver's body are the admin's and go to the worker log.
+    detail: str | None = None
     try:
         response = await client.post(
             row.url, content=body, headers=headers, timeout=attempt_timeout.total_seconds()
@@ -120,18 +131,31 @@ async def deliver(
         if 200 <= code < 300:
             attempt = Attempt(DeliveryStatus.DELIVERED, code, None)
         elif 300 <= code < 400:
-            where = response.headers.get("location", "?")
-            error = f"HTTP {code}: redirect to {where} not followed"
+            detail = f"redirect to {response.headers.get('location', '?')} not followed"
+            error = f"{target} answered a redirect (HTTP {code}), not followed"
             attempt = Attempt(DeliveryStatus.PENDING, code, error)
         else:
             detail = response.text[:ERROR_BODY_CHARS].strip()
-            attempt = Attempt(DeliveryStatus.PENDING, code, f"HTTP {code}: {detail}".rstrip(": "))
-    except httpx.TimeoutException:
+            attempt = Attempt(DeliveryStatus.PENDING, code, f"{target} answered HTTP {code}")
+    except httpx.TimeoutException as exc:
+        detail = f"{type(exc).__name__}: {exc}"
         attempt = Attempt(
-            DeliveryStatus.PENDING, None, f"no answer within {attempt_timeout.total_seconds():g} s"
+            DeliveryStatus.PENDING,
+            None,
+            f"{target} timed out (no answer within {attempt_timeout.total_seconds():g} s)",
         )
     except httpx.HTTPError as exc:
-        attempt = Attempt(DeliveryStatus.PENDING, None, f"{type(exc).__name__}: {exc}"[:500])
+        detail = f"{type(exc).__name__}: {exc}"
+        attempt = Attempt(DeliveryStatus.PENDING, None, f"{target} is unreachable")
+    if detail is not None:
+        log.warning(
+            "delivery %s attempt %d to %s at %s: %s",
+            delivery_id,
+            attempt_number,
+            target,
+            row.url,
+            detail[:500],
+        )
     next_at: datetime | None = None
     if attempt.status is DeliveryStatus.PENDING:
         delay = retry_delay(attempt_number, schedule)

@@ -15,10 +15,12 @@ from collections.abc import Collection, Iterable
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # The engine's own configuration: never a credential for a third party.
 ENGINE_ENV_PREFIXES = ("AGENT_ENGINE_",)
-ENGINE_ENV_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "BROKER_URL"})
+ENGINE_ENV_NAMES = frozenset({"DATABASE_URL", "REDIS_URL", "BROKER_URL", "PGPASSWORD"})
 
 
 def is_engine_setting(name: str) -> bool:
+    # Settings are read case-insensitively (pydantic-settings), so `agent_engine_jwt_secret` is
+    # the JWT secret too.
     upper = name.upper()
     return upper in ENGINE_ENV_NAMES or upper.startswith(ENGINE_ENV_PREFIXES)
 
@@ -41,11 +43,12 @@ def credential_env_problem(
     if is_engine_setting(name):
         return (
             "must not name one of the engine's own settings "
-            "(AGENT_ENGINE_*, DATABASE_URL, REDIS_URL, BROKER_URL)"
+            "(AGENT_ENGINE_*, DATABASE_URL, REDIS_URL, BROKER_URL, PGPASSWORD): its value would "
+            "be sent to the model's server"
         )
     if name in signing_envs:
         return "must not name a variable a delivery target signs with"
-    prefixes = tuple(allowed_prefixes)
+    prefixes = tuple(p for p in allowed_prefixes if p)
     if prefixes and not name.startswith(prefixes):
         return f"must start with one of the allowed prefixes ({', '.join(prefixes)})"
     return None
@@ -60,3 +63,8 @@ def signing_env_problem(name: str, *, credential_envs: Collection[str] = ()) -> 
     if name in credential_envs:
         return "must not name a variable a model or tool source sends as its key"
     return None
+
+
+def parse_prefixes(value: str) -> tuple[str, ...]:
+    """`AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES`: comma-separated, blanks ignored; () = no list."""
+    return tuple(p.strip() for p in value.split(",") if p.strip())

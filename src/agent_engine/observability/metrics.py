@@ -29,6 +29,14 @@ ACTIVE_SUBSCRIPTIONS = Gauge(
     "GraphQL subscriptions open on this api process.",
     registry=REGISTRY,
 )
+LIVE_READS = Counter(
+    "agent_engine_live_reads_total",
+    "Database statements of the live-update path: `runs` (a burst of run changes), `steps` (a "
+    "run's changed steps, once per change whatever the number of watchers), `replay` (a runSteps "
+    "subscription's first read).",
+    ["kind"],
+    registry=REGISTRY,
+)
 GRAPHQL_REQUESTS = Counter(
     "agent_engine_graphql_requests",
     "GraphQL operations executed by this api process, by outcome.",

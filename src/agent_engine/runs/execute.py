@@ -177,7 +177,8 @@ async def _execute(
         return await fail(
             engine,
             run_id,
-            error=f"{type(exc).__name__}: {exc}",
+            # The text may name hosts or SQL: the owner reads the kind, the log the rest.
+            error=f"internal error ({type(exc).__name__}; details in the worker log)",
             meter=meter,
             transcript=transcript,
         )

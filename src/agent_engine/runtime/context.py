@@ -23,6 +23,12 @@ class ModelSpec:
     model: str
     base_url: str | None
     api_key_env: str | None
+    # The admin's name for it (`agent_models.name`): what owners read in errors, never the URL.
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"model {(self.name or self.model)!r}"
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ def run_context_from_row(row: Any, *, platform: PlatformSettings) -> RunContext 
             model=row.model,
             base_url=row.base_url,
             api_key_env=row.api_key_env,
+            name=row.model_name,
         ),
         optional_tools=tuple(name for name in row.tool_names if name in registered),
         platform_prompt=platform.platform_prompt,

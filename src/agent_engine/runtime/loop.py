@@ -29,6 +29,7 @@ from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
+from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
 from agent_engine.runtime.providers.base import (
     Message,
     ModelProvider,
@@ -103,10 +104,14 @@ class Runtime:
         max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS,
         tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
         model_concurrency: int = 1,
+        credentials: CredentialGuard | None = None,
     ) -> None:
         """`model_concurrency`: how many model calls this runtime may have in flight at once
-        (a worker's in-flight limit); providers size their connection pools by it."""
+        (a worker's in-flight limit); providers size their connection pools by it.
+        `credentials` checks a model's key variable before every call (default: the rule with
+        no allow-list, the delivery targets read from `engine`)."""
         self._engine = engine
+        self.credentials = credentials or CredentialGuard(engine)
         self._knowledge: KnowledgeStore = knowledge or PostgresKnowledgeStore(engine)
         self._model_timeout_seconds = model_timeout_seconds
         self._max_output_chars = max_output_chars
@@ -205,12 +210,15 @@ class Runtime:
                 )
                 step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
+                    # Before every send: a key variable the rule refuses never leaves.
+                    await self.credentials.check(ctx.model.api_key_env, what=ctx.model.label)
                     reply = await provider.complete(request)
-                except ProviderError as exc:
+                except (ProviderError, CredentialRefused) as exc:
+                    refused = _model_error(ctx.model, exc)
                     await record.step_finished(
-                        step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                        step, StepEnd(error=truncate(refused, MAX_ERROR_CHARS))
                     )
-                    return failed(REASON_ERROR, str(exc))
+                    return failed(REASON_ERROR, refused)
                 tokens += max(reply.tokens_used, 0)
                 prompt, completion = usage_split(reply)
                 prompt_tokens += prompt
@@ -256,11 +264,16 @@ class Runtime:
                 REASON_ITERATION_CAP,
                 f"no final answer after {cap} model calls (the platform's iteration cap)",
             )
-        except (ProviderError, ToolFailed) as exc:
+        except ProviderError as exc:
+            return failed(REASON_ERROR, _model_error(ctx.model, exc))
+        except ToolFailed as exc:
             return failed(REASON_ERROR, str(exc))
         except Exception as exc:
+            # The exception's text may name hosts or SQL: it goes to the log only.
             log.exception("run %s failed inside the runtime", ctx.run_id)
-            return failed(REASON_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+            return failed(
+                REASON_ERROR, f"internal error ({type(exc).__name__}; details in the worker log)"
+            )
 
     def _opening(self, ctx: RunContext, now: datetime) -> list[Message]:
         zone = zone_or_utc(ctx.owner_timezone)
@@ -286,7 +299,7 @@ class Runtime:
         if model.provider == "builtin":
             return self._builtin
         if model.provider != "openai":
-            raise ProviderError(f"unknown model provider {model.provider!r}")
+            raise ProviderError(f"unknown provider {model.provider!r}")
         key = (model.base_url, model.api_key_env)
         api_key = os.environ.get(model.api_key_env or "", "") if model.api_key_env else ""
         cached = self._openai.get(key)
@@ -336,6 +349,14 @@ class Runtime:
                 call.name, f"{type(exc).__name__} (details in the worker log)"
             ) from exc
         return truncate(str(result), self._max_tool_result_chars), None
+
+
+def _model_error(model: ModelSpec, exc: Exception) -> str:
+    """What the owner reads: the model's name and the kind of failure (the provider's message
+    holds no URL, host or reply body; those went to the worker log)."""
+    if isinstance(exc, CredentialRefused):
+        return str(exc)
+    return f"{model.label} failed: {exc}"
 
 
 def _tool_error(message: str) -> tuple[str, str]:

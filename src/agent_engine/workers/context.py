@@ -15,6 +15,7 @@ from agent_engine.db.engine import create_engine
 from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.request import Enqueue
+from agent_engine.runtime.credentials import CredentialGuard
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
 from agent_engine.workers.inflight import InFlight
@@ -66,6 +67,9 @@ class WorkerContext:
                 model_timeout_seconds=self.settings.model_timeout_seconds,
                 tool_timeout_seconds=self.settings.tool_timeout_seconds,
                 model_concurrency=self.settings.runs_in_flight,
+                credentials=CredentialGuard(
+                    self.engine, allowed_prefixes=self.settings.credential_prefixes
+                ),
             )
         return self._runtime
 

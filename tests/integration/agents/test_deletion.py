@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents.deletion import COUNTED_SPEND_HORIZON, delete_agent
-from agent_engine.api.events import CHANNEL
+from agent_engine.api.live.bus import RUNS_CHANNEL as CHANNEL
 from agent_engine.runs.budget import owner_budget
 from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.settings import to_libpq_url

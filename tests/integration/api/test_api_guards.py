@@ -104,7 +104,7 @@ async def test_a_document_validated_once_is_still_guarded_for_every_caller(api: 
     "make_token, fragment",
     [
         (
-            lambda s: jwt.encode({"sub": "1", "exp": int(time.time()) - 10}, s, algorithm="HS256"),
+            lambda s: jwt.encode({"sub": "1", "exp": int(time.time()) - 120}, s, algorithm="HS256"),
             "expired",
         ),
         (lambda s: jwt.encode({"sub": "1"}, s, algorithm="HS256"), "exp"),
@@ -129,6 +129,19 @@ async def test_a_document_validated_once_is_still_guarded_for_every_caller(api: 
             "signature",
         ),
         (lambda s: "not-a-jwt", "invalid"),
+        # A token good for a year: a leak would be good for a year too.
+        (
+            lambda s: jwt.encode(
+                {"sub": "1", "exp": int(time.time()) + 365 * 86400}, s, algorithm="HS256"
+            ),
+            "lives too long",
+        ),
+        (
+            lambda s: jwt.encode(
+                {"sub": "1", "exp": int(time.time()) + 86400 + 120}, s, algorithm="HS256"
+            ),
+            "more than 24 h away",
+        ),
     ],
 )
 async def test_bad_tokens_are_unauthenticated(api: Api, make_token, fragment: str) -> None:  # type: ignore[no-untyped-def]
@@ -142,6 +155,15 @@ async def test_bad_tokens_are_unauthenticated(api: Api, make_token, fragment: st
     body = await api.gql("{ viewer { isAdmin } }", None, token)
     assert codes(body) == ["UNAUTHENTICATED"]
     assert fragment in body["errors"][0]["message"].lower()
+
+
+async def test_a_token_within_the_lifetime_limit_and_the_leeway_is_accepted(api: Api) -> None:
+    now = int(time.time())
+    # Just under the 24 h limit, and expired 10 s ago (within the 30 s clock-skew leeway).
+    for exp in (now + 86400 - 60, now - 10):
+        token = jwt.encode({"sub": "1", "exp": exp}, api.settings.jwt_secret, algorithm="HS256")
+        body = await api.gql("{ viewer { isAdmin } }", None, token)
+        assert body.get("errors") is None, body
 
 
 async def test_malformed_authorization_header(api: Api) -> None:

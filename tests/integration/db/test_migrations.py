@@ -15,16 +15,7 @@ from agent_engine.db.migrate import downgrade, upgrade
 from agent_engine.db.models import ENGINE_TABLES, PLATFORM_TABLES, Base
 from agent_engine.settings import to_asyncpg_url, to_libpq_url
 from tests.conftest import Servers
-
-
-async def _empty_database(servers: Servers, name: str) -> str:
-    conn = await asyncpg.connect(servers.admin_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return servers.database_url(name)
+from tests.integration.db.support import empty_database
 
 
 async def _tables(url: str) -> set[str]:
@@ -51,7 +42,7 @@ async def _drift(url: str) -> list[object]:
 
 
 async def test_migrate_command_upgrade_downgrade_round_trip(servers: Servers) -> None:
-    url = await _empty_database(servers, f"{servers.prefix}_migrations")
+    url = await empty_database(servers, f"{servers.prefix}_migrations")
     result = subprocess.run(  # noqa: ASYNC221 - a one-off CLI call
         [sys.executable, "-m", "agent_engine.cli", "migrate"],
         env={"DATABASE_URL": url, "PATH": "/usr/bin:/bin"},

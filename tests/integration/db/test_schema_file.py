@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import pytest
 
 from agent_engine.db.migrate import upgrade
@@ -16,6 +15,7 @@ from agent_engine.db.schema_file import (
     objects,
 )
 from tests.conftest import Servers
+from tests.integration.db.support import empty_database
 
 
 def test_schema_file_matches_a_database_migrated_to_head(servers: Servers) -> None:
@@ -51,18 +51,8 @@ def test_a_drift_names_the_object_that_differs() -> None:
     assert differences(current, edited) == [f"{first}: differs"]
 
 
-async def _fresh(servers: Servers, name: str) -> str:
-    conn = await asyncpg.connect(servers.admin_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return servers.database_url(name)
-
-
 def test_export_refuses_a_database_behind_the_latest_migration(servers: Servers) -> None:
-    url = asyncio.run(_fresh(servers, f"{servers.prefix}_behind"))
+    url = asyncio.run(empty_database(servers, f"{servers.prefix}_behind"))
     with pytest.raises(SchemaExportError, match="run `agent-engine migrate` first"):
         dump_schema(url)
     upgrade(url, "e0005_operators")

@@ -8,10 +8,15 @@ from typing import Any
 import dramatiq
 import httpx
 from standardwebhooks.webhooks import Webhook
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.delivery.receiver import WebhookReceiver
 from agent_engine.embedded import free_port
+from agent_engine.server_thread import ServerThread
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from tests.integration.api.subscriptions.support import Server
 from tests.integration.delivery.conftest import SECRET_ENV
@@ -131,7 +136,44 @@ async def test_a_receiver_that_is_down_ends_failed_with_the_last_error(
     # The schedule has two waits: three attempts, then failed.
     assert (delivery["status"], delivery["attempts"]) == ("FAILED", 3)
     assert delivery["lastStatusCode"] is None
-    assert "ConnectError" in delivery["lastError"]
+    # The owner reads which target and what kind of failure; never where it lives.
+    assert delivery["lastError"] == "target 'Ops hook' is unreachable"
+    port = nobody.split(":")[2].split("/")[0]
+    for leak in ("127.0.0.1", port, "/hooks", "http"):
+        assert leak not in delivery["lastError"]
+
+
+class _LeakyReceiver(ServerThread):
+    """A receiver that fails with internals in its body (a stack trace, a token)."""
+
+    def app(self) -> Starlette:
+        async def hook(request: Request) -> Response:
+            return PlainTextResponse(LEAKY_BODY, status_code=500)
+
+        return Starlette(routes=[Route("/hooks", hook, methods=["POST"])])
+
+
+LEAKY_BODY = "Traceback: db password=hunter2 at internal-db.corp:5432"
+
+
+async def test_an_error_answer_shows_the_owner_the_status_not_the_body(
+    gql: Gql,
+    factories: Factories,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+    delivery_ticks: None,
+    secret: str,
+) -> None:
+    with _LeakyReceiver() as receiver:
+        url = f"http://127.0.0.1:{receiver.port}/hooks"
+        agent, owner = await _agent_delivering_to(gql, fake_agent, factories, url)
+        fake_openai.enqueue(text_reply("Done."))
+        run = await _settled_delivery(gql, await gql.start(agent["id"], as_user=owner), owner)
+
+    (delivery,) = run["deliveries"]
+    assert (delivery["status"], delivery["lastStatusCode"]) == ("FAILED", 500)
+    assert delivery["lastError"] == "target 'Ops hook' answered HTTP 500"
 
 
 async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
@@ -155,9 +197,10 @@ async def test_a_missing_secret_fails_the_delivery_and_never_the_run(
     assert (run["state"], run["output"]) == ("SUCCEEDED", "Done.")
     (delivery,) = run["deliveries"]
     assert delivery["status"] == "FAILED"
+    # The variable's name is the admin's: the owner reads that the target is misconfigured.
     assert delivery["lastError"] == (
-        "the signing secret is missing: environment variable AGENT_ENGINE_TEST_UNSET_SECRET is"
-        " not set on the worker"
+        "target 'Ops hook': its signing secret is not configured on the workers (an admin must"
+        " fix it; details in the worker log)"
     )
 
 

@@ -21,7 +21,8 @@ from agent_engine.settings import Settings
 from agent_engine.workers.actors import RUNS_QUEUE, worker_context
 from agent_engine.workers.main import EngineWorker
 
-FAKE_KEY_ENV = "AGENT_ENGINE_TEST_FAKE_OPENAI_KEY"
+# Not AGENT_ENGINE_*: the engine never sends its own settings as a model key.
+FAKE_KEY_ENV = "AE_TEST_FAKE_OPENAI_KEY"
 # The `fake_agent` fixture: `await fake_agent(**agent_values)` -> the agent row.
 FakeAgent = Callable[..., Awaitable[dict[str, Any]]]
 POLL_SECONDS = 0.05

@@ -204,7 +204,8 @@ async def test_provider_error_fails_the_run(
     row = await run_row(engine, run_id)
     assert state is RunState.FAILED
     assert (row["state"], row["reason"]) == ("failed", "error")
-    assert "model not found" in row["error"]
+    # The provider's words are the admin's (the worker log); the owner reads model and kind.
+    assert row["error"] == "model 'Fake' failed: the provider refused the request (HTTP 400)"
 
 
 async def test_wall_clock_limit_fails_the_run(

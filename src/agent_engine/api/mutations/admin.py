@@ -7,6 +7,7 @@ import strawberry
 
 from agent_engine.agents import admin as admin_service
 from agent_engine.agents import admin_rules
+from agent_engine.agents import credentials as credential_rules
 from agent_engine.agents.errors import Missing
 from agent_engine.api.errors import BadUserInput, Conflict
 from agent_engine.api.guards import MODEL_FIELD_MAX_CHARS, checked_text
@@ -103,6 +104,13 @@ class AdminMutation:
         )
         prices = price_changes(input)
         async with transaction(info) as conn:
+            # Under the credential-names lock: a target saved at the same moment is seen.
+            if problem := await credential_rules.credential_key_problem(
+                conn,
+                input.api_key_env,
+                allowed_prefixes=info.context.settings.credential_prefixes,
+            ):
+                raise BadUserInput("input.apiKeyEnv", problem)
             saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
             await admin_service.set_model_prices(conn, saved.id, prices)
             row = await catalog.fetch_model(conn, saved.id)

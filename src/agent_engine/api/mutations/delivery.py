@@ -5,6 +5,7 @@ from __future__ import annotations
 import strawberry
 
 from agent_engine.agents import audit
+from agent_engine.agents import credentials as credential_rules
 from agent_engine.agents.errors import Missing
 from agent_engine.api.errors import BadUserInput
 from agent_engine.api.guards import NAME_MAX_CHARS, checked_text
@@ -70,6 +71,9 @@ class DeliveryTargetMutation:
             enabled=input.enabled,
         )
         async with transaction(info) as conn:
+            # Under the credential-names lock: a model saved at the same moment is seen.
+            if problem := await credential_rules.target_secret_problem(conn, input.secret_env):
+                raise BadUserInput("input.secretEnv", problem)
             saved = await delivery_targets.upsert_target(conn, target_id, draft)
             row = await deliveries.fetch_target(conn, saved)
             if row is None:  # saved in this transaction: it cannot be gone

@@ -20,7 +20,9 @@ limit, overload) is waited out — `Retry-After` when the provider sends one, el
 backoff with jitter — for as long as the run's wall clock allows (`ModelRequest.deadline`), since
 the SDK's two quick retries end a run in the middle of a Monday-morning burst. Other transient
 failures (connection, timeout, 408/409/5xx) get `MAX_RETRIES` more attempts; `400`/`401`/`404`…
-fail at once with the provider's message. Only answered calls report usage, so only they count.
+fail at once. The run's error says the kind of failure (`failure_kind`), never the endpoint or
+the reply's body: those go to the worker log. Only answered calls report usage, so only they
+count.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ class OpenAIProvider:
             try:
                 return await call(body, request)
             except openai.OpenAIError as exc:
-                failure = self._failure(exc, request, attempts=attempt + 1)
+                failure = ProviderError(failure_kind(exc, timeout_seconds=self.timeout_seconds))
                 rate_limited = (
                     isinstance(exc, openai.APIStatusError)
                     and exc.status_code in RATE_LIMIT_STATUSES
@@ -161,12 +163,14 @@ class OpenAIProvider:
                     _transient(exc) and transient_retries < self.max_retries
                 )
                 if not retryable:
+                    self._log_failure(exc, request, attempts=attempt + 1)
                     raise failure from exc
                 attempt += 1
                 transient_retries += 0 if rate_limited else 1
                 wait = _wait_seconds(exc, attempt, self._rng)
                 if loop.time() + wait >= deadline:
                     waited = loop.time() - started
+                    self._log_failure(exc, request, attempts=attempt)
                     raise ProviderError(
                         f"{failure}; gave up after {attempt} attempts over {waited:.0f} s: the"
                         f" next try ({wait:.0f} s away) would pass the run's wall-clock limit"
@@ -181,23 +185,20 @@ class OpenAIProvider:
                 )
                 await asyncio.sleep(wait)
 
-    def _failure(
+    def _log_failure(
         self, exc: openai.OpenAIError, request: ModelRequest, *, attempts: int
-    ) -> ProviderError:
-        """The journal's `error` for a failed call: what failed and where, never the key."""
-        if isinstance(exc, openai.APITimeoutError):
-            return ProviderError(
-                f"model call timed out after {self.timeout_seconds:g} s"
-                f" (model {request.model!r} at {self._where}, {attempts} attempts)"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return ProviderError(
-                f"model provider returned HTTP {exc.status_code} for model {request.model!r}"
-                f" at {self._where}: {_detail(exc)}"
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            return ProviderError(f"could not reach the model provider at {self._where}: {exc}")
-        return ProviderError(f"model provider error ({self._where}): {exc}")
+    ) -> None:
+        """The journal's `error` holds the kind of failure only (`failure_kind`): owners read it,
+        so it never names the endpoint (an admin's setting) nor repeats the reply's body (a
+        remote chose it). Both go to the worker log, where the worker bound the run's id."""
+        log.warning(
+            "model %r at %s failed after %d attempts: %s",
+            request.model,
+            self._where,
+            attempts,
+            _log_detail(exc),
+            extra={"model": request.model, "model_url": self._where, "attempts": attempts},
+        )
 
     async def aclose(self) -> None:
         for client in self._clients:
@@ -218,6 +219,31 @@ def _wait_seconds(exc: openai.OpenAIError, attempt: int, rng: random.Random) -> 
     return backoff_seconds(attempt, rng=rng)
 
 
+def failure_kind(exc: openai.OpenAIError, *, timeout_seconds: float) -> str:
+    """The kind of a failed call in words an owner understands (no URL, host or body)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return f"timed out (no answer within {timeout_seconds:g} s)"
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        if code in (401, 403):
+            return f"the provider refused the credentials (HTTP {code})"
+        if code == 429:
+            return "rate limited by the provider (HTTP 429)"
+        if code >= 500:
+            return f"the provider failed (HTTP {code})"
+        return f"the provider refused the request (HTTP {code})"
+    if isinstance(exc, openai.APIConnectionError):
+        return "the provider is unreachable"
+    return "bad response from the provider"
+
+
+def _log_detail(exc: openai.OpenAIError) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {_detail(exc)}"
+    cause = exc.__cause__
+    return f"{type(exc).__name__}: {exc}" + (f" ({cause!r})" if cause is not None else "")
+
+
 def _detail(exc: openai.APIStatusError) -> str:
     body = exc.body
     message: object = None
@@ -231,7 +257,8 @@ def _detail(exc: openai.APIStatusError) -> str:
 def _reply(response: Any, request: ModelRequest) -> ModelReply:
     choices = getattr(response, "choices", None)
     if not choices:
-        raise ProviderError(f"model {request.model!r} returned no choices")
+        log.warning("model %r answered without choices", request.model)
+        raise ProviderError("bad response from the provider (no choices)")
     message = choices[0].message
     calls: list[ToolCall] = []
     for call in message.tool_calls or ():

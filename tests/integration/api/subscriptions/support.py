@@ -17,8 +17,7 @@ from websockets.typing import Subprotocol
 
 from agent_engine.api.app import create_app
 from agent_engine.api.auth import mint_token
-from agent_engine.api.events import RunEventHub
-from agent_engine.api.fanout import Broadcaster
+from agent_engine.api.live import Broadcaster, LiveUpdates
 from agent_engine.settings import Settings
 from tests.integration.api.support import serving
 
@@ -54,9 +53,10 @@ class Server:
         return self.url.replace("http://", "ws://", 1) + "/graphql"
 
     @property
-    def hub(self) -> RunEventHub:
-        hub: RunEventHub = self.app.state.hub
-        return hub
+    def hub(self) -> LiveUpdates:
+        """The process's live path (its LISTEN state, its subscriptions)."""
+        live: LiveUpdates = self.app.state.live
+        return live
 
     @property
     def broadcaster(self) -> Broadcaster:
@@ -66,7 +66,7 @@ class Server:
     @property
     def subscriber_count(self) -> int:
         """Open subscriptions: in groups, or fed by the hub directly."""
-        return self.broadcaster.member_count + self.hub.subscriber_count
+        return self.hub.subscriber_count
 
     async def wait_subscribers(self, count: int, within: float = 10.0) -> None:
         """The server registered exactly `count` subscribers (the protocol has no "subscribed")."""

@@ -1,5 +1,5 @@
 """graphql-transport-ws conformance with an independent client library (`gql`), on the grouped
-delivery path (api/fanout/): the frames the groups write are what a stock client expects."""
+delivery path (api/live/): the frames the groups write are what a stock client expects."""
 
 from __future__ import annotations
 

@@ -98,7 +98,8 @@ async def test_the_iteration_cap_and_a_provider_error_keep_their_steps(
     assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
     (step,) = run["steps"]
     assert step["kind"] == "MODEL_CALL" and step["finishedAt"] is not None
-    assert "the model does not exist" in step["error"]
+    assert step["error"] == "model 'Fake' failed: the provider refused the request (HTTP 400)"
+    assert step["error"] == run["error"]
 
 
 async def test_a_tool_refusal_is_a_step_error_the_model_saw(

@@ -8,7 +8,6 @@ import contextlib
 import contextvars
 import dataclasses
 import json
-from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -26,9 +25,9 @@ from strawberry.execution.is_awaitable import optimized_is_awaitable
 from agent_engine.api.auth import Viewer
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import client_error
-from agent_engine.api.fanout.feed import SKIP, Audience, Feed, SubscriberLagged
-from agent_engine.api.fanout.socket import SocketOperation
-from agent_engine.api.subscribers import SubscriberTooSlow
+from agent_engine.api.live.feeds import SKIP, Audience, Feed, Shown
+from agent_engine.api.live.queue import BoundedQueue, SubscriberTooSlow
+from agent_engine.api.live.socket import SocketOperation
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 
 if TYPE_CHECKING:
@@ -43,57 +42,34 @@ log = structlog.get_logger(__name__)
 GROUP_BACKLOG_EVENTS = 10_000
 
 
-class GroupEnded(Exception):
-    """The group ended normally (the process is stopping): the stream completes."""
-
-
 class Member:
-    """One subscription in a group: a bounded queue of payload texts, drained by its writer."""
+    """One subscription in a group: a bounded queue of payload texts, drained by its writer.
 
-    __slots__ = ("_waiter", "closed", "error", "group", "limit", "pending", "user_id")
+    Members of a replaying feed (runSteps) get `(tag, text)` items and a `shown` record."""
+
+    __slots__ = ("group", "queue", "shown", "user_id")
 
     def __init__(self, group: Group, user_id: int, limit: int) -> None:
         self.group = group
         self.user_id = user_id
-        self.limit = limit
-        self.pending: deque[str] = deque()
-        self.closed = False
-        self.error: Exception | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        self.queue: BoundedQueue[Any] = BoundedQueue(limit)
+        self.shown: Shown | None = (
+            Shown(group.feed.shown_as) if group.feed.shown_as is not None else None
+        )
 
-    def offer(self, text: str) -> None:
-        if self.closed:
-            return
-        if len(self.pending) >= self.limit:
-            self.end(SubscriberLagged("subscriber fell behind; re-query the journal"))
-            return
-        self.pending.append(text)
-        self._wake()
+    def offer(self, item: Any) -> None:
+        self.queue.offer(item)
 
     def end(self, error: Exception | None = None) -> None:
-        if not self.closed:
-            self.closed = True
-            self.error = error
-            self._wake()
+        self.queue.end(error)
 
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    @property
+    def closed(self) -> bool:
+        return self.queue.closed
 
-    async def take(self) -> list[str]:
+    async def take(self) -> list[Any]:
         """Everything queued (waiting for at least one); raises when the member ended."""
-        while not self.pending:
-            if self.closed:
-                raise self.error or GroupEnded()
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        items = list(self.pending)
-        self.pending.clear()
-        return items
+        return await self.queue.take()
 
 
 _Executor = Executor[Any]
@@ -163,7 +139,7 @@ class Group:
             raise
         except Exception as exc:  # the source overflowed, or a bug: tell the members
             if isinstance(exc, SubscriberTooSlow):
-                ending = SubscriberLagged("subscriber fell behind; re-query the journal")
+                ending = SubscriberTooSlow()
             else:
                 log.exception("subscription group failed", feed=str(self.feed.key))
                 ending = exc
@@ -193,11 +169,22 @@ class Group:
                 (event, audience, next(done) if optimized_is_awaitable(text) else text)
                 for event, audience, text in jobs
             ]
+        shown_as = self.feed.shown_as
         for event, audience, text in jobs:
             if text is None:
                 continue
+            item = text if shown_as is None else (shown_as(event), text)
             for member in self._members_for(event, audience):
-                member.offer(text)
+                member.offer(item)
+
+    def execute_for(self, member: Member, event: Any) -> Any:
+        """`event`'s payload text as `member` sees it (a replay), or an awaitable of it."""
+        audience = self.audience
+        if audience.is_admin and event.owner_id == member.user_id:
+            audience = Audience(event.owner_id, True)
+        context, _ = self._executor(audience)
+        context.refresh()
+        return self._execute(event, audience)
 
     def _members_for(self, event: Any, audience: Audience) -> list[Member]:
         if not self.audience.is_admin:
@@ -268,7 +255,7 @@ def _serialise(result: ExecutionResult) -> str:
 
 
 class Broadcaster:
-    """The process's subscription groups (one per api process, like the run-event hub)."""
+    """The process's subscription groups (one per api process, beside the bus)."""
 
     def __init__(self, *, queue_size: int) -> None:
         self.queue_size = queue_size
@@ -283,6 +270,14 @@ class Broadcaster:
     @property
     def group_count(self) -> int:
         return len(self._groups)
+
+    def members_of(self, feed_name: str) -> int:
+        """Subscriptions of one field (`Feed.key[0]`, e.g. "budgetAlerts") delivered by groups."""
+        return sum(
+            len(group.members)
+            for group in self._groups.values()
+            if isinstance(group.feed.key, tuple) and group.feed.key[0] == feed_name
+        )
 
     def join(
         self,

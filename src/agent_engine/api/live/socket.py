@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -10,7 +11,10 @@ from typing import Any, cast
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
+    _OperationStreamClosed,
 )
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import CompleteMessage
+from strawberry.utils.aio import aclosing
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,9 @@ class SocketOperation:
 
 
 _OPERATION: ContextVar[SocketOperation | None] = ContextVar("ws_operation", default=None)
+# The context of the operation whose task is being created (set by the handler's
+# `handle_subscribe` just before Strawberry creates the task, which copies it).
+OPERATION_CONTEXT: ContextVar[Any] = ContextVar("ws_operation_context", default=None)
 
 
 class GroupedTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
@@ -37,6 +44,8 @@ class GroupedTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
     """
 
     async def run_operation(self, operation: Operation[Any, Any]) -> None:
+        """Strawberry's `run_operation`, executed with the operation's own context (see
+        `OPERATION_CONTEXT`; the socket's when none was set)."""
         # The task of this operation (created by handle_subscribe) has its own context copy.
         _OPERATION.set(
             SocketOperation(
@@ -47,7 +56,32 @@ class GroupedTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
                 send_text=self.send_text,
             )
         )
-        await super().run_operation(operation)
+        context = OPERATION_CONTEXT.get()
+        try:
+            result_source = await self.schema.stream(
+                operation.query,
+                variable_values=operation.variables,
+                context_value=self.context if context is None else context,
+                root_value=self.root_value,
+                operation_name=operation.operation_name,
+            )
+            async with aclosing(result_source):
+                await self._send_result_stream(operation, result_source)
+            await operation.send_operation_message(
+                CompleteMessage(id=operation.id, type="complete")
+            )
+        except _OperationStreamClosed:
+            return
+        except Exception as error:  # pragma: no cover - as Strawberry's
+            await self.handle_task_exception(error)
+            with contextlib.suppress(Exception):
+                await operation.send_operation_message({"id": operation.id, "type": "complete"})
+            self.operations.pop(operation.id, None)
+            raise
+        finally:
+            if context is not None:  # the operation's loaders give their connection back now
+                with contextlib.suppress(Exception):
+                    await context.release()
 
     async def send_text(self, text: str) -> None:
         """A message serialised already (a group's `next` frame)."""

@@ -1,5 +1,6 @@
-"""Grouped delivery (api/fanout/) in process: a real Strawberry schema and Broadcaster, an
-in-memory event source, and sockets that record the text written to them."""
+"""Grouped delivery (api/live/) in process: a real Strawberry schema and Broadcaster, an
+in-memory event source, and sockets that record the text written to them. No database: the
+contexts' engine is never connected."""
 
 from __future__ import annotations
 
@@ -12,20 +13,20 @@ from typing import Any
 
 import pytest
 import strawberry
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agent_engine.api.auth import Viewer
 from agent_engine.api.context import Context
-from agent_engine.api.fanout import (
+from agent_engine.api.live import (
     NO_USER_ID,
     SKIP,
     Broadcaster,
     Feed,
     SocketOperation,
+    SubscriberTooSlow,
     shared_stream,
 )
-from agent_engine.api.fanout.socket import _OPERATION
-from agent_engine.api.subscribers import SubscriberTooSlow
+from agent_engine.api.live.socket import _OPERATION
 from agent_engine.settings import Settings
 
 QUERY = "subscription { seen { viewerId ownerId number } }"
@@ -96,6 +97,7 @@ class Seen:
 
 
 SOURCES: contextvars.ContextVar[Sources] = contextvars.ContextVar("sources")
+BROADCASTER: contextvars.ContextVar[Broadcaster] = contextvars.ContextVar("broadcaster")
 
 
 @strawberry.type
@@ -107,7 +109,7 @@ class Query:
 class Subscription:
     @strawberry.subscription
     async def seen(self, info: strawberry.Info[Context, None]) -> AsyncIterator[Seen]:
-        return shared_stream(info, SOURCES.get().feed())
+        return shared_stream(info, SOURCES.get().feed(), BROADCASTER.get())
 
 
 SCHEMA = strawberry.Schema(query=Query, subscription=Subscription)
@@ -137,7 +139,22 @@ def sources() -> Sources:
 
 @pytest.fixture
 def broadcaster() -> Broadcaster:
-    return Broadcaster(queue_size=4)
+    value = Broadcaster(queue_size=4)
+    BROADCASTER.set(value)
+    return value
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[AsyncEngine]:
+    # Never connected: the feed's payloads read nothing.
+    engine = create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(jwt_secret="x" * 32)
 
 
 def subscribe(
@@ -156,7 +173,6 @@ def subscribe(
         enqueue=lambda _run_id: None,
         now=datetime.now(UTC),
         viewer=viewer,
-        broadcaster=broadcaster,
     )
 
     async def run() -> list[Any]:

@@ -1,0 +1,248 @@
+"""Sign-in from the identity provider's JWKS, over real HTTP and WebSocket: a local identity
+provider (`agent_engine.testing.identity_provider`) serves RSA and EC keys, rotates them while
+the api runs, goes down; an attacker forges HS256 tokens with the published key."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from agent_engine.embedded import free_port
+from agent_engine.settings import Settings
+from agent_engine.testing.identity_provider import IdentityProvider
+from tests.integration.api.subscriptions.support import Server, running_api, ws_client
+
+VIEWER = "{ viewer { user { id email } isAdmin } }"
+ISSUER = "https://idp.example.com/realms/acme"
+AUDIENCE = "agent-engine"
+
+
+@pytest.fixture
+def idp() -> Iterator[IdentityProvider]:
+    with IdentityProvider() as provider:
+        yield provider
+
+
+def _sso(settings: Settings, jwks_url: str, **changes: Any) -> Settings:
+    """Keycloak-style settings: roles under realm_access, issuer and audience checked."""
+    return settings.model_copy(
+        update={
+            "jwt_jwks_url": jwks_url,
+            "jwt_roles_claim": "realm_access.roles",
+            "jwt_admin_role": "engine-admins",
+            "jwt_issuer": ISSUER,
+            "jwt_audience": AUDIENCE,
+            "jwt_jwks_refetch_seconds": 0.0,
+            **changes,
+        }
+    )
+
+
+def _claims(user_id: int = 41, **extra: Any) -> dict[str, Any]:
+    claims = {"sub": str(user_id), "iss": ISSUER, "aud": AUDIENCE, "email": "kim@example.com"}
+    return {**claims, **extra}
+
+
+async def _ask(server: Server, token: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(
+            f"{server.url}/graphql",
+            json={"query": VIEWER},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _refused(body: dict[str, Any]) -> str:
+    assert body.get("data") in (None, {}) or body["data"].get("viewer") is None, body
+    (error,) = body["errors"]
+    assert error["extensions"]["code"] == "UNAUTHENTICATED", body
+    message: str = error["message"]
+    return message
+
+
+async def test_rsa_and_ec_keys_sign_in_with_roles_from_a_dotted_claim(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    rsa_kid, ec_kid = idp.add_key("RS256"), idp.add_key("ES256")
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        admin = await _ask(
+            server, idp.sign(rsa_kid, _claims(realm_access={"roles": ["engine-admins"]}))
+        )
+        assert admin["data"]["viewer"] == {
+            "user": {"id": "41", "email": "kim@example.com"},
+            "isAdmin": True,
+        }
+        owner = await _ask(
+            server, idp.sign(ec_kid, _claims(42, realm_access={"roles": ["agent_admin"]}))
+        )
+        # The default role name means nothing here: the configured one decides.
+        assert owner["data"]["viewer"]["isAdmin"] is False
+        # A top-level `roles` claim is not where this deployment reads roles from.
+        top = await _ask(server, idp.sign(ec_kid, _claims(43, roles=["engine-admins"])))
+        assert top["data"]["viewer"]["isAdmin"] is False
+
+
+async def test_issuer_and_audience_are_checked(settings: Settings, idp: IdentityProvider) -> None:
+    kid = idp.add_key("RS256")
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        wrong_iss = await _ask(server, idp.sign(kid, _claims(iss="https://evil.example.com")))
+        assert "issuer" in _refused(wrong_iss).lower()
+        wrong_aud = await _ask(server, idp.sign(kid, _claims(aud="another-app")))
+        assert "audience" in _refused(wrong_aud).lower()
+        no_aud = {k: v for k, v in _claims().items() if k != "aud"}
+        assert "aud" in _refused(await _ask(server, idp.sign(kid, no_aud)))
+        # The old HS256 secret is not a way in once the identity provider signs.
+        from agent_engine.api.auth import mint_token
+
+        hs = mint_token(settings.jwt_secret or "", user_id=41)
+        _refused(await _ask(server, hs))
+
+
+async def test_a_key_rotation_needs_no_restart(settings: Settings, idp: IdentityProvider) -> None:
+    old = idp.add_key("RS256")
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        assert (await _ask(server, idp.sign(old, _claims())))["data"]["viewer"] is not None
+        # The provider rotates: a new key is published, the old one withdrawn.
+        new = idp.add_key("ES256")
+        idp.remove_key(old)
+        fresh = await _ask(server, idp.sign(new, _claims()))
+        assert fresh["data"]["viewer"]["user"]["id"] == "41"
+        # That token's unknown kid made the api fetch the set again: the old key is gone.
+        message = _refused(await _ask(server, idp.sign(old, _claims())))
+        assert f"no signing key with kid '{old}'" in message
+
+
+async def test_many_requests_with_a_new_key_fetch_the_set_once(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    first = idp.add_key("RS256")
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        assert (await _ask(server, idp.sign(first, _claims())))["data"]["viewer"] is not None
+        before = idp.fetches
+        new = idp.add_key("RS256")
+        token = idp.sign(new, _claims())
+        answers = await asyncio.gather(*(_ask(server, token) for _ in range(20)))
+        assert all(a["data"]["viewer"]["user"]["id"] == "41" for a in answers)
+        assert idp.fetches == before + 1
+
+
+async def test_unknown_kids_do_not_make_the_api_hammer_the_provider(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    known = idp.add_key("RS256")
+    configured = _sso(settings, idp.jwks_url, jwt_jwks_refetch_seconds=3600.0)
+    with running_api(configured) as server:
+        assert (await _ask(server, idp.sign(known, _claims())))["data"]["viewer"] is not None
+        fetched = idp.fetches
+        other = IdentityProvider()  # an attacker's own keys, with made-up kids
+        for _ in range(10):
+            kid = other.add_key("RS256")
+            assert "no signing key" in _refused(await _ask(server, other.sign(kid, _claims())))
+        assert idp.fetches == fetched
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _hs256(secret: bytes, header: dict[str, Any], claims: dict[str, Any]) -> str:
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    signature = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64(signature)}"
+
+
+async def test_an_hs256_token_signed_with_the_public_key_is_refused(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    """The classic algorithm confusion: the public key is public, so an attacker HMACs a token
+    with its bytes and hopes the server uses it as an HS256 secret."""
+    kid = idp.add_key("RS256")
+    claims = _claims(7, exp=int(time.time()) + 300, realm_access={"roles": ["engine-admins"]})
+    async with httpx.AsyncClient() as client:
+        published = (await client.get(idp.jwks_url)).json()["keys"][0]
+    forgeries = [
+        _hs256(idp.public_pem(kid), {"alg": "HS256", "typ": "JWT", "kid": kid}, claims),
+        _hs256(json.dumps(published).encode(), {"alg": "HS256", "typ": "JWT", "kid": kid}, claims),
+        _hs256(idp.public_pem(kid), {"alg": "HS256", "typ": "JWT"}, claims),
+        # alg none, with the kid of a real key.
+        f"{_b64(json.dumps({'alg': 'none', 'kid': kid}).encode())}"
+        f".{_b64(json.dumps(claims).encode())}.",
+    ]
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        for forged in forgeries:
+            _refused(await _ask(server, forged))
+
+
+async def test_the_websocket_signs_in_with_the_same_verifier(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    kid = idp.add_key("ES256")
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        async with ws_client(server) as client:
+            token = idp.sign(kid, _claims(realm_access={"roles": ["engine-admins"]}))
+            ack = await client.init({"Authorization": f"Bearer {token}"})
+            assert ack["type"] == "connection_ack", ack
+            await client.subscribe("1", "query { viewer { isAdmin } }")
+            assert (await client.next_data("1"))["viewer"] == {"isAdmin": True}
+        other = IdentityProvider()
+        forged = other.sign(other.add_key("RS256"), _claims())
+        async with ws_client(server) as client:
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.init({"Authorization": f"Bearer {forged}"})
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+
+async def test_an_unreachable_provider_is_unauthenticated_and_not_ready(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}/.well-known/jwks.json"
+    kid = idp.add_key("RS256")
+    with running_api(_sso(settings, nowhere)) as server:
+        message = _refused(await _ask(server, idp.sign(kid, _claims())))
+        assert "identity provider's signing keys" in message and "could not be fetched" in message
+        assert "127.0.0.1" not in message
+        async with httpx.AsyncClient(timeout=30) as client:
+            ready = await client.get(f"{server.url}/readyz")
+        assert ready.status_code == 503
+        body = ready.json()
+        assert "jwks" in body["down"]
+        assert body["jwks"].startswith("unreachable")
+
+
+async def test_a_provider_outage_keeps_the_last_good_key_set_serving(
+    settings: Settings,
+) -> None:
+    idp = IdentityProvider().start()
+    try:
+        kid = idp.add_key("ES256")
+        token = idp.sign(kid, _claims())
+        with running_api(_sso(settings, idp.jwks_url)) as server:
+            assert (await _ask(server, token))["data"]["viewer"]["user"]["id"] == "41"
+            idp.stop()
+            # A new kid makes the api try the provider again: down, so that token is refused...
+            unpublished = IdentityProvider()
+            message = _refused(
+                await _ask(server, unpublished.sign(unpublished.add_key("RS256"), _claims()))
+            )
+            assert "no signing key" in message
+            # ...while the keys already fetched keep signing people in.
+            assert (await _ask(server, token))["data"]["viewer"]["user"]["id"] == "41"
+            async with httpx.AsyncClient(timeout=30) as client:
+                ready = await client.get(f"{server.url}/readyz")
+            assert ready.status_code == 200, ready.text
+            assert ready.json()["jwks"].startswith("ok (serving the last good key set")
+    finally:
+        idp.stop()

@@ -1,0 +1,63 @@
+"""Reading verified claims: the user id and roles by dotted path; what stops the api at start."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_engine.api.auth import claims_of, verification_problem
+from agent_engine.api.errors import Unauthenticated
+from agent_engine.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _no_jwt_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("AGENT_ENGINE_JWT_"):
+            monkeypatch.delenv(name)
+
+
+def _settings(**values: object) -> Settings:
+    return Settings(database_url=None, **values)  # type: ignore[arg-type]
+
+
+def test_roles_come_from_a_dotted_path() -> None:
+    keycloak = _settings(jwt_roles_claim="realm_access.roles", jwt_admin_role="ops")
+    payload = {"sub": "7", "realm_access": {"roles": ["ops", "offline_access"]}}
+    assert claims_of(payload, keycloak).admin
+    assert not claims_of({"sub": "7", "roles": ["ops"]}, keycloak).admin
+    okta = _settings(jwt_roles_claim="groups")
+    assert claims_of({"sub": "7", "groups": ["agent_admin"]}, okta).admin
+    assert not claims_of({"sub": "7", "groups": "everyone"}, okta).admin
+    # A claim whose name has dots in it (namespaced custom claims) is found as it is.
+    namespaced = _settings(jwt_roles_claim="https://acme.example/roles")
+    assert claims_of({"sub": "7", "https://acme.example/roles": ["agent_admin"]}, namespaced).admin
+
+
+def test_the_user_id_may_come_from_another_claim() -> None:
+    configured = _settings(jwt_user_id_claim="ext.employee_id")
+    payload = {"sub": "f3b1c2d4-uuid", "ext": {"employee_id": "1042"}}
+    assert claims_of(payload, configured).user_id == 1042
+    with pytest.raises(Unauthenticated, match="`sub` must be a numeric user id"):
+        claims_of(payload, _settings())
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, "no token verification key"),
+        ({"jwt_secret": "change-me"}, "is 9 bytes long: it must be at least 32 bytes"),
+        ({"jwt_secret": "é" * 15}, "is 30 bytes long"),
+        ({"jwt_secret": "x" * 32}, None),
+        ({"jwt_secret": "short", "jwt_jwks_url": "https://idp/jwks"}, None),
+        ({"jwt_public_key": "-----BEGIN PUBLIC KEY-----"}, None),
+    ],
+)
+def test_what_stops_the_api_at_start(values: dict[str, object], expected: str | None) -> None:
+    problem = verification_problem(_settings(**values))
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None and expected in problem
+        assert "AGENT_ENGINE_JWT_SECRET" in problem
