@@ -254,11 +254,15 @@ def _detail(exc: openai.APIStatusError) -> str:
     return text[:MAX_ERROR_DETAIL_CHARS]
 
 
+def _no_choices(request: ModelRequest) -> ProviderError:
+    log.warning("model %r answered without choices", request.model)
+    return ProviderError("bad response from the provider (no choices)")
+
+
 def _reply(response: Any, request: ModelRequest) -> ModelReply:
     choices = getattr(response, "choices", None)
     if not choices:
-        log.warning("model %r answered without choices", request.model)
-        raise ProviderError("bad response from the provider (no choices)")
+        raise _no_choices(request)
     message = choices[0].message
     calls: list[ToolCall] = []
     for call in message.tool_calls or ():
@@ -357,7 +361,7 @@ def _reply_from_json(data: Any, request: ModelRequest) -> ModelReply:
     """`_reply` for the reply as JSON (the fields `_reply` reads of a `ChatCompletion`)."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not choices:
-        raise ProviderError(f"model {request.model!r} returned no choices")
+        raise _no_choices(request)
     message = choices[0]["message"]
     calls: list[ToolCall] = []
     for call in message.get("tool_calls") or ():
