@@ -65,8 +65,9 @@ DEFAULT_RATE_LIMIT_PATIENCE_SECONDS = 600.0
 # The SDK's HTTP connection pool (httpcore) walks all its connections on every request event, so
 # with hundreds of calls in flight that walk is the worker's largest CPU cost: calls are spread
 # round-robin over several clients (one per endpoint and key otherwise), each holding about this
-# many connections.
-CONNECTIONS_PER_CLIENT = 50
+# many connections. At 50 the walk (and its `poll` of each idle connection) was still ~45 % of the
+# model call's CPU with 200 calls in flight (stampede profile); 16: ~20 % less CPU per call.
+CONNECTIONS_PER_CLIENT = 16
 PLACEHOLDER_API_KEY = "not-needed"
 MAX_ERROR_DETAIL_CHARS = 500
 CHAT_COMPLETIONS_PATH = "/chat/completions"
