@@ -85,9 +85,18 @@ class Conflict(ApiError):
     code = CONFLICT
 
 
+# graphql-core's words for a literal or variable its scalar refused (the scalar's exception, e.g.
+# Python's refusal of an integer of 5,000 digits, is kept as the original error).
+_COERCION = ("Expected value of type ", "Variable '$")
+
+
 def _is_client_error(error: GraphQLError) -> bool:
     # graphql-core's own errors (syntax, validation, variable coercion) wrap GraphQLErrors.
-    return error.original_error is None or isinstance(error.original_error, ApiError | GraphQLError)
+    return (
+        error.original_error is None
+        or isinstance(error.original_error, ApiError | GraphQLError)
+        or (error.path is None and error.message.startswith(_COERCION))
+    )
 
 
 # The contract's only @oneOf input, and where it sits in the mutation inputs.
