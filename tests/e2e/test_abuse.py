@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from websockets.exceptions import ConnectionClosed
 
@@ -235,3 +236,38 @@ async def test_legacy_graphql_ws_and_a_subscription_flood_are_refused(
     # The closed socket's subscriptions are gone from the process.
     gauge = [line for line in metrics.splitlines() if line.startswith("agent_engine_active_sub")]
     assert gauge and gauge[0].endswith(" 0.0"), gauge
+
+
+ATTACK_REQUESTS = 150
+ATTACK_PADDING_CHARS = 900_000
+RSS_GROWTH_ALLOWED_BYTES = 100 * 1024 * 1024
+
+
+async def test_anonymous_documents_cannot_make_the_api_hold_memory(
+    stack: Stack,  # noqa: F811
+) -> None:
+    """The review's attack: 150 anonymous requests, each a unique document of ~1 MB (a tiny query
+    and a comment). Each is refused before parsing with a 413 naming the limit, and the api's
+    resident memory stays within RSS_GROWTH_ALLOWED_BYTES of where it started."""
+    api = await stack.api()
+    server = psutil.Process(api.pid)
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        # Warm up the paths a normal anonymous request takes before measuring.
+        for _ in range(3):
+            await http.post(f"{api.url}/graphql", json={"query": "{ __typename }"})
+        started = server.memory_info().rss
+        refused: list[str] = []
+        for number in range(ATTACK_REQUESTS):
+            document = "{__typename} #" + f"{number}😀" + "x" * ATTACK_PADDING_CHARS
+            response = await http.post(f"{api.url}/graphql", json={"query": document})
+            body = response.json()
+            message = body["errors"][0]["message"] if body.get("errors") else ""
+            if response.status_code != 413 or "document is larger than" not in message:
+                refused.append(f"{response.status_code}: {response.text[:200]}")
+        grown = server.memory_info().rss - started
+        assert refused == [], refused[:3]
+        assert grown < RSS_GROWTH_ALLOWED_BYTES, f"the api grew by {grown / 2**20:.0f} MiB"
+        assert (await http.post(f"{api.url}/graphql", json={"query": "{ __typename }"})).json() == {
+            "data": {"__typename": "Query"}
+        }
+    assert api.alive()
