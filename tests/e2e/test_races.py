@@ -88,8 +88,15 @@ async def test_interleaved_clients_keep_the_invariants(
     admin_id = (await factories.user())["id"]
     all_agents = [a for agents in owners.values() for a in agents]
     api = await stack.api()
-    stack.worker(threads=4)
+    worker = stack.worker(threads=4)
     stack.clock()
+
+    async def worker_started() -> bool:
+        return "worker started" in worker.log_tail(100_000)
+
+    # The load starts once the worker consumes: on a busy machine it may take seconds to start,
+    # and a load run without it proves nothing about the budget.
+    await eventually(worker_started, within=60, what="the worker to start")
     admin = Client(api.url or "", token(stack.settings, admin_id, admin=True))
     clients = [
         (Client(api.url or "", token(stack.settings, owner)), agents)
