@@ -271,3 +271,47 @@ async def test_anonymous_documents_cannot_make_the_api_hold_memory(
             "data": {"__typename": "Query"}
         }
     assert api.alive()
+
+
+async def test_websocket_messages_are_held_to_the_request_limits(
+    factories: Factories,
+    stack: Stack,  # noqa: F811
+) -> None:
+    """A socket's document over the document limit is refused like a request's; a message over
+    the body limit closes the socket (1009, uvicorn's ws_max_size); unreadable JSON closes it
+    4400. The api stays healthy."""
+    await factories.user(id=OWNER)
+    api = await stack.api()
+    url = api.url or ""
+    bearer = token(stack.settings, OWNER)
+    limit = stack.settings.max_document_bytes
+    async with websocket(url) as ws:
+        assert (await ws.init(bearer))["type"] == "connection_ack"
+        await ws.subscribe("big", BUDGET + " #" + "x" * limit)
+        refused = await ws.receive()
+        assert refused["type"] == "error", refused
+        assert refused["payload"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE", refused
+        assert str(limit) in refused["payload"][0]["message"]
+        # The socket still serves documents within the limit.
+        await ws.subscribe("small", "{ viewer { isAdmin } }")
+        answer = await ws.receive()
+        assert answer == {
+            "id": "small",
+            "type": "next",
+            "payload": {"data": {"viewer": {"isAdmin": False}}},
+        }
+    async with websocket(url) as ws:
+        assert (await ws.init(bearer))["type"] == "connection_ack"
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.subscribe("huge", "{ __typename } #" + "x" * stack.settings.max_body_bytes)
+            await ws.receive()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    async with websocket(url) as ws:
+        assert (await ws.init(bearer))["type"] == "connection_ack"
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.connection.send("[" * 100_000 + "]" * 100_000)
+            await ws.receive()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"{url}/healthz")).status_code == 200
+    assert api.alive()

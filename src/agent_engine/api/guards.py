@@ -27,6 +27,7 @@ from graphql import (
     StringValueNode,
     ValidationRule,
     Visitor,
+    parse,
     validate,
     visit,
 )
@@ -177,13 +178,19 @@ class DocumentGuards(SchemaExtension):
 
     def __init__(self, *, rules: _GuardRules) -> None:
         self.rules = rules
+        self.refusal: GraphQLError | None = None
 
     def on_parse(self) -> Iterator[None]:
         context = self.execution_context
         query = context.query
         if query and (problem := document_too_large(query, self.rules.max_document_bytes)):
-            # Over HTTP the view refused it already (413); this is the WebSocket's way.
-            raise GraphQLError(problem, extensions={"code": PAYLOAD_TOO_LARGE})
+            # Over HTTP the view refused it already (413); over a WebSocket it is this
+            # operation's error. Not parsed: a stand-in carries it to validation, which reports it
+            # (an exception here would end a subscription without a word).
+            self.refusal = GraphQLError(problem, extensions={"code": PAYLOAD_TOO_LARGE})
+            context.graphql_document = _STAND_IN
+            yield
+            return
         cached = self.rules.parsed.get(query) if query else None
         if cached is not None:
             context.graphql_document = cached
@@ -200,10 +207,15 @@ class DocumentGuards(SchemaExtension):
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
+        if self.refusal is not None:
+            context.pre_execution_errors = [self.refusal]
+            yield
+            return
         anonymous = _is_anonymous(context.context)
         if context.query and self.rules.valid.get(context.query, anonymous) is not None:
             if context.pre_execution_errors is None:
                 context.pre_execution_errors = []  # validated before: graphql-core skips it
+            self._refuse_nul_characters()
             yield
             return
         document = context.graphql_document
@@ -229,21 +241,30 @@ class DocumentGuards(SchemaExtension):
             context.pre_execution_errors = validate(
                 context.schema._schema, document, rules, hide_suggestions=anonymous
             )
+            if context.query and context.pre_execution_errors == [] and not anonymous:
+                self.rules.valid.put(context.query, True, anonymous)
+        self._refuse_nul_characters()
         yield
-        if context.query and context.pre_execution_errors == [] and not anonymous:
-            self.rules.valid.put(context.query, True, anonymous)
 
-    def on_execute(self) -> Iterator[None]:
+    def _refuse_nul_characters(self) -> None:
+        """A valid document whose input holds a NUL character is refused before it executes."""
         context = self.execution_context
+        if context.pre_execution_errors:
+            return
         where = _nul_in_variables(context.variables) or (
             _nul_in_literals(context.graphql_document) if context.graphql_document else None
         )
         if where is not None:
-            raise GraphQLError(
-                f"{where}: must not contain a NUL character (\\u0000)",
-                extensions={"code": BAD_USER_INPUT, "field": where},
-            )
-        yield
+            context.pre_execution_errors = [
+                GraphQLError(
+                    f"{where}: must not contain a NUL character (\\u0000)",
+                    extensions={"code": BAD_USER_INPUT, "field": where},
+                )
+            ]
+
+
+# What an unparsed (refused) document is replaced with until its validation reports the refusal.
+_STAND_IN = parse("{ __typename }")
 
 
 def _nul_in_variables(variables: dict[str, Any] | None) -> str | None:
