@@ -43,7 +43,7 @@ from tests.support.factories import Factories
 # FUZZ_EXAMPLES_PER_OPERATION examples each. Raise both for a longer local run, e.g.
 # `FUZZ_SECONDS_PER_TOKEN=600 FUZZ_EXAMPLES_PER_OPERATION=2000 FUZZ_RANDOM=1 pytest …test_fuzz.py`.
 FUZZ_SECONDS_PER_TOKEN = float(os.environ.get("FUZZ_SECONDS_PER_TOKEN", "120"))
-FUZZ_EXAMPLES_PER_OPERATION = int(os.environ.get("FUZZ_EXAMPLES_PER_OPERATION", "60"))
+FUZZ_EXAMPLES_PER_OPERATION = int(os.environ.get("FUZZ_EXAMPLES_PER_OPERATION", "200"))
 FUZZ_RANDOM = os.environ.get("FUZZ_RANDOM", "") not in ("", "0")
 MALFORMED_EXAMPLES = 40
 HYPOTHESIS_SETTINGS = {
