@@ -125,6 +125,11 @@ class Settings(BaseSettings):
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    max_document_bytes: int = Field(
+        default=100_000,
+        ge=1024,
+        description="A GraphQL document longer than this is refused before it is parsed.",
+    )
     max_query_depth: int = Field(default=12, ge=2)
     max_aliases: int = Field(default=30, ge=1)
     max_query_tokens: int = Field(default=2000, ge=10)

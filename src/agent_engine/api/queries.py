@@ -10,8 +10,7 @@ import strawberry
 from agent_engine.api.access import visible_agent, visible_run
 from agent_engine.api.context import Context
 from agent_engine.api.enums import AgentStatus
-from agent_engine.api.errors import BadUserInput
-from agent_engine.api.guards import page_size
+from agent_engine.api.guards import checked_instant, page_size
 from agent_engine.api.ids import decode_cursor, parse_id
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.types.agents import Agent, AgentConnection, Run, RunConnection
@@ -174,8 +173,8 @@ class Query:
         self, info: Info, window_start: datetime | None = None
     ) -> list[OwnerSpend]:
         info.context.require_admin()
-        if window_start is not None and window_start.tzinfo is None:
-            raise BadUserInput("windowStart", "must carry a UTC offset, e.g. 2025-03-09T00:00:00Z")
+        if window_start is not None:
+            window_start = checked_instant("windowStart", window_start)
         platform = await info.context.loaders.platform()
         window = week_window(window_start or info.context.now, platform.zone)
         async with info.context.engine.connect() as conn:

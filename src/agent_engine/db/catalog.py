@@ -109,6 +109,10 @@ UPDATE_MODEL = text(
     " RETURNING m.id, old.max_concurrent_runs AS previous, m.max_concurrent_runs"
 )
 DELETE_MODEL = text("DELETE FROM agent_models WHERE id = :id RETURNING *")
+# The model's agents, locked in id order before the delete's SET NULL reaches them: the cascade
+# would lock them in whatever order its scan finds them, and another multi-row write of agents
+# (locking in id order) could then hold one it waits for while waiting for one it holds.
+LOCK_MODEL_AGENTS = text("SELECT id FROM agents WHERE model_id = :id ORDER BY id FOR NO KEY UPDATE")
 FIRST_BUILTIN_MODEL = text(
     "SELECT id FROM agent_models WHERE provider = 'builtin' ORDER BY id LIMIT 1"
 )
@@ -198,7 +202,13 @@ async def set_model_prices(
 
 
 async def delete_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | None:
-    """Remove the model; its agents' `model_id` goes NULL (the foreign key's SET NULL)."""
+    """Remove the model; its agents' `model_id` goes NULL (the foreign key's SET NULL).
+
+    Lock order: the model row first (as a pick of the model does: KEY SHARE on the model, then
+    the agent), then its agents in id order, then the delete."""
+    if await lock_model(conn, model_id) is None:
+        return None
+    await conn.execute(LOCK_MODEL_AGENTS, {"id": model_id})
     row = (await conn.execute(DELETE_MODEL, {"id": model_id})).mappings().one_or_none()
     return None if row is None else AgentModelRow.from_row(row)
 

@@ -84,7 +84,8 @@ AGENT_GATE = text(
 # waiting runs are found oldest first by it (the claim refreshes it if the owner switched models).
 INSERT_QUEUED = text(
     "INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used, created_at)"
-    " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0, :now"
+    " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0,"
+    " COALESCE(CAST(:now AS timestamptz), now())"
     " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
     " JOIN agents a ON a.id = t.agent_id"
     " ORDER BY t.agent_id"
@@ -97,7 +98,8 @@ INSERT_QUEUED = text(
 INSERT_SKIPPED = text(
     "INSERT INTO agent_runs"
     " (agent_id, trigger, state, reason, tokens_used, finished_at, created_at)"
-    " SELECT t.agent_id, :trigger, 'skipped', t.reason, 0, :now, :now"
+    " SELECT t.agent_id, :trigger, 'skipped', t.reason, 0,"
+    " COALESCE(CAST(:now AS timestamptz), now()), COALESCE(CAST(:now AS timestamptz), now())"
     " FROM unnest(CAST(:agent_ids AS bigint[]), CAST(:reasons AS text[])) AS t(agent_id, reason)"
     " RETURNING *"
 )
@@ -244,9 +246,10 @@ FINISH = text(
 
 # The tokens so far: the heartbeat's count or the recorded model calls', whichever is larger (the
 # database's `agent_runs_token_split` trigger then splits them as the recorded calls did).
+# The database's clock: a cancel is written as it happens, whatever clock its request carried.
 CANCEL = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
-    " finished_at = :now, tokens_used = GREATEST(tokens_used,"
+    " finished_at = now(), tokens_used = GREATEST(tokens_used,"
     "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
     "    WHERE run_id = :run_id))"
     " WHERE id = :run_id AND state IN ('queued', 'running')"

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -56,17 +55,17 @@ async def cancel_run(
     engine: AsyncEngine,
     run_id: int,
     *,
-    now: datetime,
     error: str,
     audited_actor_id: int | None = None,
     owner_id: int | None = None,
 ) -> runs_sql.RunRow:
-    """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit.
+    """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit. The
+    finish time is the database's (`now()`), so it is never before the run's start.
     Returns the cancelled run's row. `audited_actor_id`: an admin cancelling another owner's run,
     recorded in the audit log in the same transaction."""
     async with engine.begin() as conn:
         found = (
-            await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "now": now, "error": error})
+            await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "error": error})
         ).one_or_none()
         if found is None:
             state = (await conn.execute(runs_sql.STATE_OF, {"run_id": run_id})).scalar()
