@@ -1,9 +1,10 @@
 """The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, the dashboard page,
 health and readiness (`api/health.py`) and metrics.
 
-The lifespan owns the process's resources and yields them as typed state (no globals): the engine,
-the settings, the broker used to send execute messages after a manual start, and the run-event hub
-(one LISTEN connection per api process) that feeds the subscriptions.
+The lifespan owns the process's resources and yields them as typed state (`api/state.py`; the api
+keeps no module-level state): the engine, the settings, the broker used to send execute messages
+after a manual start, the token verifier, the sessions, and the live-update path (`api/live/`, one
+LISTEN connection per api process) that feeds the subscriptions.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.auth import (
+    Caller,
     TokenVerifier,
-    Viewer,
     bearer_token,
     needs_provisioning,
     provision_user,
@@ -107,7 +108,7 @@ async def _authenticate(
     *,
     now: datetime,
     loaders: Loaders | None = None,
-) -> tuple[Viewer | None, ApiError | None]:
+) -> tuple[Caller | None, ApiError | None]:
     """The viewer of a bearer token; over HTTP on the request's loaders' connection."""
     try:
         token = bearer_token(authorization)
@@ -217,7 +218,7 @@ class GraphQLView(GraphQL[Context, None]):
         context.viewer = viewer
         return cast(UnsetType, UNSET)
 
-    async def reauthenticate(self, context: Context) -> Viewer:
+    async def reauthenticate(self, context: Context) -> Caller:
         """The session's token checked again, as for a request (every WebSocket operation)."""
         viewer, error = await _authenticate(
             state_of(context.request),

@@ -28,7 +28,7 @@ from agent_engine.db import catalog, deliveries, run_steps
 from agent_engine.db import runs as runs_db
 from agent_engine.db import users as users_db
 from agent_engine.db.agents import AgentRow
-from agent_engine.db.alerts import BudgetAlert, alerts_of_owners
+from agent_engine.db.alerts import BudgetAlertRow, alerts_of_owners
 from agent_engine.db.catalog import AgentModelRow, ToolRow
 from agent_engine.db.deliveries import DeliveryTargetRow, RunDeliveryRow
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
@@ -115,7 +115,7 @@ class Loaders:
         self.expected_tokens: DataLoader[int, int | None] = DataLoader(
             load_fn=self._load_expected_tokens
         )
-        self.alerts_this_week: DataLoader[int, list[BudgetAlert]] = DataLoader(
+        self.alerts_this_week: DataLoader[int, list[BudgetAlertRow]] = DataLoader(
             load_fn=self._load_alerts_this_week
         )
 
@@ -255,7 +255,7 @@ class Loaders:
             recent = await recent_tokens(conn, list(agent_ids))
         return [expected_tokens_per_run(recent.get(i, [])) for i in agent_ids]
 
-    async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlert]]:
+    async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlertRow]]:
         platform = await self.platform()
         window = week_window(self._now, platform.zone)
         async with self.connection() as conn:

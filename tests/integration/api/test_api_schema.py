@@ -86,7 +86,7 @@ def test_the_subscription_type_is_served() -> None:
     assert set(ours.subscription_type.fields) == {"runEvents", "budget", "budgetAlerts", "runSteps"}
 
 
-# The types and fields of issue 17 (cost, forecast, alerts, spend), named so that a contract copy
+# The types and fields of cost, forecast, alerts, spend), named so that a contract copy
 # that lost them fails here too.
 SPEND_PARTS = {
     "Decimal": None,

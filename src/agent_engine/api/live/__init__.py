@@ -31,7 +31,7 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.live.audience import AudienceIndex
-from agent_engine.api.live.bus import LiveBus, RunEvent, StepEvent, Store, Subscription, Topic
+from agent_engine.api.live.bus import LiveBus, RunChange, StepEvent, Store, Subscription, Topic
 from agent_engine.api.live.feeds import NO_USER_ID, SKIP, Audience, Feed
 from agent_engine.api.live.groups import Broadcaster
 from agent_engine.api.live.postgres import PostgresSource, PostgresStore
@@ -93,7 +93,7 @@ __all__ = [
     "GroupedTransportWSHandler",
     "LiveBus",
     "LiveUpdates",
-    "RunEvent",
+    "RunChange",
     "SharedStream",
     "SocketOperation",
     "StepEvent",

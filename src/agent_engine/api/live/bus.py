@@ -4,7 +4,7 @@ Topics (`Topic`):
 
 - `runs` -- a run was inserted or changed state. A burst of notifications is loaded in one read
   (`Store.load_runs`), only for runs somebody here may see, and each subscriber gets the row as
-  it was at *its* transition (`RunEvent`: the event's state, later fields blanked).
+  it was at *its* transition (`RunChange`: the event's state, later fields blanked).
 - `alerts` -- a budget alert was recorded; the NOTIFY carries the whole row: no read.
 - `steps` -- one run's transcript changed. Per watched run there is one `StepReader`: a change
   wakes it, it reads the run's changed steps once (`Store.steps_since`) and hands the rows to
@@ -36,7 +36,7 @@ import structlog
 
 from agent_engine.api.live.audience import AudienceIndex
 from agent_engine.api.live.queue import BoundedQueue
-from agent_engine.db.alerts import BudgetAlert
+from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS, LIVE_READS
 
@@ -65,7 +65,7 @@ _LATER_FIELDS_BY_STATE = {
 
 
 @dataclass(frozen=True)
-class RunEvent:
+class RunChange:
     run: dict[str, Any]
     previous_state: str | None
     owner_id: int
@@ -443,7 +443,7 @@ class LiveBus:
             # Taken again after the await: subscriptions may have come or gone meanwhile.
             self.publish(
                 Topic.RUNS,
-                RunEvent(
+                RunChange(
                     run=_as_of(row, str(note["state"])),
                     previous_state=note.get("previous_state"),
                     owner_id=note["owner_id"],
@@ -463,9 +463,9 @@ def _as_of(row: dict[str, Any], state: str) -> dict[str, Any]:
     return shown
 
 
-def alert_from_payload(payload: dict[str, Any]) -> BudgetAlert:
+def alert_from_payload(payload: dict[str, Any]) -> BudgetAlertRow:
     """The alert from the trigger's JSON (timestamps in ISO 8601 with their offset)."""
-    return BudgetAlert(
+    return BudgetAlertRow(
         id=int(payload["id"]),
         owner_id=int(payload["owner_id"]),
         window_start=datetime.fromisoformat(str(payload["window_start"])),
