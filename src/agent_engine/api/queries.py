@@ -19,11 +19,13 @@ from agent_engine.api.types.audit import AuditEntry, AuditEntryConnection
 from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
 from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
 from agent_engine.api.types.delivery import DeliveryTarget
+from agent_engine.api.types.tool_sources import ToolSource
 from agent_engine.api.types.viewer import Viewer
 from agent_engine.db import agents as agents_db
 from agent_engine.db import audit as audit_db
 from agent_engine.db import catalog, deliveries
 from agent_engine.db import runs as runs_db
+from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db.alerts import newest_alerts
 from agent_engine.db.runs import RunRow
 from agent_engine.db.spend import spend_by_owner
@@ -123,6 +125,13 @@ class Query:
         async with info.context.engine.connect() as conn:
             rows = await catalog.list_tools(conn, allowed_only=False)
         return [Tool.from_row(r) for r in rows]
+
+    @described(description="The MCP sources (admin only).")
+    async def tool_sources(self, info: Info) -> list[ToolSource]:
+        info.context.require_admin()
+        async with info.context.engine.connect() as conn:
+            rows = await tool_sources_db.all_sources(conn)
+        return [ToolSource.from_row(r) for r in rows]
 
     @described(
         description=(

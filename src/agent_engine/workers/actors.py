@@ -29,6 +29,7 @@ from agent_engine.domain.runs import RunState
 from agent_engine.runs import execute, reaper, retention, scheduler
 from agent_engine.runs.execute import Claim
 from agent_engine.settings import Settings
+from agent_engine.tool_sources import sync as tool_source_sync
 from agent_engine.workers.context import EnqueueDelivery, EnqueueExecute, WorkerContext
 from agent_engine.workers.inflight import WorkerStopping
 from agent_engine.workers.middleware import SharedAsyncIO, WorkerContextMiddleware
@@ -170,6 +171,14 @@ async def prune_finished_runs() -> None:
         log.info("retention: pruned %d finished runs before %s", result.deleted, result.cutoff)
 
 
+async def sync_tool_sources() -> None:
+    """Re-list every enabled MCP source (new tools join not allowed, vanished ones leave)."""
+    context = _require_context()
+    await tool_source_sync.sync_enabled_sources(
+        context.engine, seconds=context.settings.tool_timeout_seconds
+    )
+
+
 def _recorded_tick(name: str, tick: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
     """The tick, then its completion stamped in `engine_activity` (the "no tick" alert)."""
 
@@ -220,6 +229,7 @@ class Actors:
     prune_finished_runs: dramatiq.Actor[[], None]
     dispatch_deliveries: dramatiq.Actor[[], None]
     deliver: dramatiq.Actor[[int, str], None]
+    sync_tool_sources: dramatiq.Actor[[], None]
 
 
 def declare_actors(
@@ -295,4 +305,10 @@ def declare_actors(
             # A lost attempt is re-dispatched when its lease expires.
             max_retries=0,
         )(deliver),
+        sync_tool_sources=tick(
+            "sync_tool_sources",
+            sync_tool_sources,
+            every_seconds=settings.tool_source_sync_seconds,
+            ages=2,
+        ),
     )

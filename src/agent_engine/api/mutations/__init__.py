@@ -15,6 +15,7 @@ from agent_engine.api.mutations.agents import AgentMutation
 from agent_engine.api.mutations.delivery import AgentDeliveryMutation, DeliveryTargetMutation
 from agent_engine.api.mutations.runs import RunMutation
 from agent_engine.api.mutations.settings import SettingsMutation
+from agent_engine.api.mutations.tool_sources import ToolSourceMutation
 
 
 @strawberry.type
@@ -25,6 +26,7 @@ class Mutation(
     AdminMutation,
     DeliveryTargetMutation,
     SettingsMutation,
+    ToolSourceMutation,
 ):
     """The schema lists the fields in the order of these bases."""
 
