@@ -38,10 +38,16 @@ def upgrade() -> None:
         sa.Column("last_synced_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.CheckConstraint("name ~ '^[a-z][a-z0-9_]{0,31}$'", name=op.f("ck_tool_sources_name")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tool_sources")),
@@ -75,9 +81,7 @@ def upgrade() -> None:
         "agent_tools",
         sa.Column("auto_approved", sa.Boolean(), server_default=sa.text("false"), nullable=False),
     )
-    op.add_column(
-        "agent_runs", sa.Column("parked_at", sa.DateTime(timezone=True), nullable=True)
-    )
+    op.add_column("agent_runs", sa.Column("parked_at", sa.DateTime(timezone=True), nullable=True))
     op.create_table(
         "tool_approvals",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
