@@ -162,6 +162,14 @@ CONTEXT_COLUMNS = """
         WHERE at.agent_id = a.id AND t.agents_allowed
         ORDER BY t.name
     ) AS tool_names,
+    (SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', t.id, 'name', t.name, 'description', t.description,
+        'input_schema', t.input_schema, 'access', t.access, 'remote_name', t.remote_name,
+        'source', s.name, 'url', s.url, 'auth_env', s.auth_env,
+        'auto_approved', at.auto_approved) ORDER BY t.name), '[]'::jsonb)
+     FROM agent_tools at JOIN tools t ON t.id = at.tool_id
+     JOIN tool_sources s ON s.id = t.source_id
+     WHERE at.agent_id = a.id AND t.agents_allowed AND s.enabled) AS mcp_tools,
     (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
      FROM platform_settings p) AS platform
 """

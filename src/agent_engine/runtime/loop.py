@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.domain.credentials import credential_env_problem
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
@@ -39,8 +40,9 @@ from agent_engine.runtime.providers.base import (
 )
 from agent_engine.runtime.providers.builtin import BuiltinProvider
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
+from agent_engine.runtime.tools.mcp import McpTool, call_meta, check_arguments
 from agent_engine.runtime.tools.registry import core_tools, optional_tools, validate_arguments
-from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
+from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolHandler, ToolSpec
 from agent_engine.runtime.transcript import (
     StepEnd,
     StepKind,
@@ -49,6 +51,7 @@ from agent_engine.runtime.transcript import (
     step_output,
     tool_input,
 )
+from agent_engine.tool_sources.client import McpError, SessionPool, bearer
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,8 @@ class Runtime:
         self._retired: list[OpenAIProvider] = []
         self._builtin = BuiltinProvider()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One MCP session per server and credential for this process: no handshake per call.
+        self.mcp_sessions = SessionPool(timeout=tool_timeout_seconds)
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -136,15 +141,50 @@ class Runtime:
         self._retired = []
         for provider in providers:
             await provider.aclose()
+        await self.mcp_sessions.aclose()
 
     def toolset(self, ctx: RunContext) -> dict[str, ToolSpec]:
-        """Core tools, then the run's optional tools that the registry still has."""
+        """Core tools, then the run's optional tools that the registry still has, then its
+        allowed MCP tools."""
         tools = core_tools()
         registered = optional_tools()
         for name in ctx.optional_tools:
             if name in registered and name not in tools:
                 tools[name] = registered[name]
+        for tool in ctx.mcp_tools:
+            if tool.name not in tools:
+                tools[tool.name] = ToolSpec(
+                    name=tool.name,
+                    description=tool.description,
+                    parameters=tool.input_schema,
+                    handler=self._mcp_handler(tool),
+                    mcp=tool,
+                )
         return tools
+
+    def _mcp_handler(self, tool: McpTool) -> ToolHandler:
+        async def call(ctx: ToolCallContext, arguments: dict[str, Any]) -> str:
+            if credential_env_problem(tool.auth_env) is not None:
+                # Checked again before each send: the rule may have tightened since the upsert.
+                raise ToolFailed(tool.name, "its source's credential variable is not allowed")
+            try:
+                result = await self.mcp_sessions.call(
+                    tool.url,
+                    bearer(tool.auth_env),
+                    tool.remote_name,
+                    arguments,
+                    meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
+                    seconds=self._tool_timeout_seconds,
+                )
+            except McpError as exc:
+                # The URL stays in the worker log; the run names the tool.
+                log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
+                raise ToolFailed(tool.name, "its server could not be reached") from exc
+            if result.is_error:
+                raise ToolError(result.text or "the tool reported an error")
+            return result.text
+
+        return call
 
     async def execute(
         self,
@@ -319,7 +359,10 @@ class Runtime:
         except json.JSONDecodeError as exc:
             return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
         try:
-            arguments = validate_arguments(spec.parameters, raw)
+            if spec.mcp is not None:
+                arguments = check_arguments(spec.parameters, raw)
+            else:
+                arguments = validate_arguments(spec.parameters, raw)
             async with asyncio.timeout(self._tool_timeout_seconds):
                 result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
@@ -329,6 +372,8 @@ class Runtime:
             raise ToolFailed(
                 call.name, f"no answer within {self._tool_timeout_seconds:g} s"
             ) from exc
+        except ToolFailed:
+            raise
         except Exception as exc:
             # Details may hold internals (SQL); they go to the log, the run names the kind.
             log.warning("tool %s failed in run %s", call.name, tool_ctx.run_id, exc_info=True)

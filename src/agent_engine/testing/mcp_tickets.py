@@ -76,6 +76,8 @@ class TicketState:
     )
     calls: list[RecordedCall] = field(default_factory=list)
     lists: int = 0
+    # MCP sessions opened (an initialize without a session id): the pooling tests count them.
+    sessions: int = 0
     list_authorizations: list[str | None] = field(default_factory=list)
     extra_tools: int = 0
     extra_specs: list[dict[str, Any]] = field(default_factory=list)
@@ -194,6 +196,9 @@ def build_app(state: TicketState, gate: Callable[[], Awaitable[None]]) -> Starle
     manager = StreamableHTTPSessionManager(app=build_server(state, gate), json_response=True)
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers") or [])
+        if scope.get("method") == "POST" and b"mcp-session-id" not in headers:
+            state.sessions += 1
         await manager.handle_request(scope, receive, send)
 
     @contextlib.asynccontextmanager

@@ -69,3 +69,24 @@ class Admin:
 @pytest.fixture
 async def admin(gql: Gql, factories: Factories) -> Admin:
     return Admin(gql, (await factories.user())["id"])
+
+
+ATTACH = """
+mutation($agent: ID!, $tool: ID!) { attachTool(agentId: $agent, toolId: $tool) { id } }
+"""
+
+
+async def mcp_agent(
+    admin: Admin, gql: Gql, tickets: TicketServer, fake_agent: Any, **values: Any
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """An agent on the fake model with both ticket tools allowed and attached; (agent, tool ids
+    by catalog name)."""
+    source = await admin.register(tickets)
+    tool_ids = {tool["name"]: tool["id"] for tool in source["tools"]}
+    agent = await fake_agent(**values)
+    for tool_id in tool_ids.values():
+        await admin.allow(tool_id)
+        await gql.data(
+            ATTACH, {"agent": str(agent["id"]), "tool": tool_id}, as_user=int(agent["user_id"])
+        )
+    return agent, tool_ids
