@@ -37,6 +37,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.alert_events import BudgetAlertFeed
+from agent_engine.api.approval_events import ApprovalFeed
 from agent_engine.api.auth import (
     Viewer,
     bearer_token,
@@ -163,6 +164,7 @@ class GraphQLView(GraphQL[Context, None]):
             hub=state["hub"],
             sessions=state["sessions"],
             alert_feed=state["alert_feed"],
+            approval_feed=state["approval_feed"],
             broadcaster=state["broadcaster"],
             clock=self.clock,
         )
@@ -314,6 +316,9 @@ def create_app(
             # Budget alerts come over the hub's LISTEN connection too (budgetAlerts).
             alert_feed = BudgetAlertFeed(queue_size=settings.subscriber_queue_size)
             alert_feed.attach(hub)
+            # And the write-tool approvals (toolApprovals).
+            approval_feed = ApprovalFeed(queue_size=settings.subscriber_queue_size)
+            approval_feed.attach(hub)
             await hub.start()
             broadcaster = Broadcaster(queue_size=settings.subscriber_queue_size)
             # Tests and operators find the process's hub here (subscriber count, listening).
@@ -338,6 +343,7 @@ def create_app(
                     hub=hub,
                     sessions=sessions,
                     alert_feed=alert_feed,
+                    approval_feed=approval_feed,
                     broadcaster=broadcaster,
                 )
             finally:
@@ -345,6 +351,7 @@ def create_app(
                 await broadcaster.stop()
                 await hub.stop()
                 alert_feed.close()
+                approval_feed.close()
         finally:
             if own_engine:
                 await active.dispose()

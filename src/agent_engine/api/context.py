@@ -16,6 +16,7 @@ from agent_engine.settings import Settings
 
 if TYPE_CHECKING:
     from agent_engine.api.alert_events import BudgetAlertFeed
+    from agent_engine.api.approval_events import ApprovalFeed
     from agent_engine.api.events import RunEventHub
     from agent_engine.api.fanout import Broadcaster
     from agent_engine.api.sessions import SessionRegistry
@@ -42,6 +43,8 @@ class Context:
     sessions: SessionRegistry | None = None
     # Budget alerts as they are recorded (the budgetAlerts subscription).
     alert_feed: BudgetAlertFeed | None = None
+    # Write-tool approvals as they change (the toolApprovals subscription).
+    approval_feed: ApprovalFeed | None = None
     # The process's subscription groups (api/fanout/): one execution per event and group.
     broadcaster: Broadcaster | None = None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import HTTPConnection
 
 from agent_engine.api.alert_events import BudgetAlertFeed
+from agent_engine.api.approval_events import ApprovalFeed
 from agent_engine.api.context import Enqueue
 from agent_engine.api.events import RunEventHub
 from agent_engine.api.fanout import Broadcaster
@@ -24,6 +25,7 @@ class State(TypedDict):
     hub: RunEventHub
     sessions: SessionRegistry
     alert_feed: BudgetAlertFeed
+    approval_feed: ApprovalFeed
     broadcaster: Broadcaster
 
 

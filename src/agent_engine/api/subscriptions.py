@@ -27,8 +27,10 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.resolvers import Info
 from agent_engine.api.subscribers import SubscriberTooSlow
 from agent_engine.api.types.agents import Run, RunEvent
+from agent_engine.api.types.approvals import ToolApproval
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db.run_events import steps_since
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
@@ -104,6 +106,25 @@ async def _budget_alerts(
         subscriber.close()
 
 
+async def _tool_approvals(
+    context: Context, owner_id: int | None
+) -> AsyncGenerator[ToolApproval, None]:
+    if context.approval_feed is None:
+        raise RuntimeError("toolApprovals needs the approval feed of the api process")
+    subscriber = context.approval_feed.subscribe(owner_id=owner_id)
+    try:
+        async for event in subscriber.approvals():
+            context.refresh()
+            async with context.engine.connect() as conn:
+                row = await approvals_db.fetch(conn, event.id)
+            if row is not None:
+                yield ToolApproval.from_row(row)
+    except SubscriberTooSlow as exc:
+        raise SubscriberLagged(str(exc)) from exc
+    finally:
+        subscriber.close()
+
+
 async def _run_steps(
     context: Context, run_id: int, *, owner_view: bool
 ) -> AsyncGenerator[RunStep, None]:
@@ -171,6 +192,16 @@ class Subscription:
         viewer = info.context.require_viewer()
         _alert_feed(info.context)
         return _budget_alerts(info.context, None if viewer.is_admin else viewer.user_id)
+
+    @described_subscription(
+        description=(
+            "The viewer's approvals as they are requested, decided or expire (admins: every "
+            "owner's, without inputs)."
+        )
+    )
+    async def tool_approvals(self, info: Info) -> AsyncGenerator[ToolApproval, None]:
+        viewer = info.context.require_viewer()
+        return _tool_approvals(info.context, None if viewer.is_admin else viewer.user_id)
 
     @described_subscription(
         description=(

@@ -284,9 +284,28 @@ TOOLS_OF_AGENTS = text(
 )
 
 
+TOOLS_BY_ID = text("SELECT * FROM tools WHERE id = ANY(CAST(:ids AS bigint[]))")
 TOOLS_OF_SOURCES = text(
     "SELECT * FROM tools WHERE source_id = ANY(CAST(:ids AS bigint[])) ORDER BY name"
 )
+
+
+async def tools_by_id(conn: AsyncConnection, tool_ids: Sequence[int]) -> list[ToolRow]:
+    rows = await conn.execute(TOOLS_BY_ID, {"ids": list(tool_ids)})
+    return [ToolRow.from_row(row) for row in rows.mappings()]
+
+
+AUTO_APPROVED_OF_AGENTS = text(
+    "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
+    " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) AND at.auto_approved ORDER BY t.name"
+)
+
+
+async def auto_approved_of_agents(
+    conn: AsyncConnection, agent_ids: Sequence[int]
+) -> list[tuple[int, ToolRow]]:
+    rows = await conn.execute(AUTO_APPROVED_OF_AGENTS, {"ids": list(agent_ids)})
+    return [(int(row["agent_id"]), ToolRow.from_row(row)) for row in rows.mappings()]
 
 
 async def tools_of_sources(conn: AsyncConnection, source_ids: Sequence[int]) -> list[ToolRow]:

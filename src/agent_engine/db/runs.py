@@ -253,7 +253,7 @@ FINISH = text(
 # database's token-split trigger then splits them as the recorded calls did).
 CANCEL = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
-    " finished_at = :now, tokens_used = GREATEST(tokens_used,"
+    " finished_at = :now, parked_at = NULL, tokens_used = GREATEST(tokens_used,"
     "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
     "    WHERE run_id = :run_id))"
     " WHERE id = :run_id AND state IN ('queued', 'running')"
@@ -271,7 +271,8 @@ NOT_RUNNING = text(
 REAP_RUNNING = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now(),"
     " error = :error"
-    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at)"
+    " WHERE state = 'running' AND parked_at IS NULL"
+    " AND COALESCE(heartbeat_at, started_at, created_at)"
     " < now() - make_interval(secs => :stale_after_seconds)"
     " RETURNING id"
 )

@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from agent_engine.db import activity
 from agent_engine.delivery import outbox
 from agent_engine.domain.runs import RunState
-from agent_engine.runs import execute, reaper, retention, scheduler
+from agent_engine.runs import approvals, execute, reaper, retention, scheduler
 from agent_engine.runs.execute import Claim
 from agent_engine.settings import Settings
 from agent_engine.tool_sources import sync as tool_source_sync
@@ -117,6 +117,7 @@ async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
             run_timeout=timedelta(seconds=settings.run_timeout_seconds),
             enqueue=context.enqueue_execute,
             cancels=context.cancels,
+            approval_timeout_seconds=settings.approval_timeout_seconds,
         )
 
 
@@ -148,6 +149,13 @@ async def reap_stale_runs() -> None:
             fail_after=timedelta(seconds=settings.queued_fail_after_seconds),
             slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
             enqueue=context.enqueue_execute,
+        )
+        # Approvals past their time expire (the model hears a decline); decided ones whose
+        # message was lost are sent again.
+        await approvals.sweep(
+            context.engine,
+            enqueue=context.enqueue_execute,
+            resend_after_seconds=settings.queued_resend_after_seconds,
         )
     except DATABASE_ERRORS as exc:
         log.warning("reap tick skipped, the database is unreachable: %s", exc)

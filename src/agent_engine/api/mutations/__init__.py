@@ -12,6 +12,7 @@ import strawberry
 
 from agent_engine.api.mutations.admin import AdminMutation
 from agent_engine.api.mutations.agents import AgentMutation
+from agent_engine.api.mutations.approvals import ApprovalMutation
 from agent_engine.api.mutations.delivery import AgentDeliveryMutation, DeliveryTargetMutation
 from agent_engine.api.mutations.runs import RunMutation
 from agent_engine.api.mutations.settings import SettingsMutation
@@ -22,6 +23,7 @@ from agent_engine.api.mutations.tool_sources import ToolSourceMutation
 class Mutation(
     AgentMutation,
     RunMutation,
+    ApprovalMutation,
     AgentDeliveryMutation,
     AdminMutation,
     DeliveryTargetMutation,
