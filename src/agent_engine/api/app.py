@@ -324,6 +324,7 @@ def create_app(
             # Tests and operators find the process's hub here (subscriber count, listening).
             app.state.hub = hub
             app.state.alert_feed = alert_feed
+            app.state.approval_feed = approval_feed
             app.state.broadcaster = broadcaster
             try:
                 async with asyncio.timeout(HUB_LISTEN_TIMEOUT_SECONDS):

@@ -62,6 +62,10 @@ class ApprovalFeed:
         ACTIVE_SUBSCRIPTIONS.inc()
         return subscriber
 
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
     def publish(self, payload: dict[str, Any]) -> None:
         event = ApprovalEvent(id=int(payload["id"]), owner_id=int(payload["owner_id"]))
         for subscriber in list(self._subscribers):

@@ -18,8 +18,10 @@ from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, tex
 from agent_engine.testing.mcp_tickets import TicketServer
 from agent_engine.workers.actors import worker_context
 from agent_engine.workers.broker import enqueue_execute
+from tests.integration.api.subscriptions.support import acknowledged_client
 from tests.integration.runs.support import FakeAgent, eventually, fetch
 from tests.integration.runs.transcript.support import CANCEL, Gql, error_code
+from tests.integration.tool_sources.conftest import ATTACH as ATTACH_TOOL
 from tests.integration.tool_sources.conftest import Admin, mcp_agent
 from tests.support.factories import Factories
 
@@ -340,3 +342,62 @@ async def test_bad_arguments_are_refused_without_asking_the_owner(
     assert await fetch(engine, "SELECT id FROM tool_approvals") == []
     step = (await run_view(gql, finished["id"], as_user=owner))["steps"][1]
     assert "at title" in step["error"]
+
+
+LIVE = "subscription { toolApprovals { id status input note tool { name } run { id } } }"
+
+
+async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
+    admin: Admin,
+    gql: Gql,
+    tickets: TicketServer,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+    factories: Factories,
+) -> None:
+    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
+    owner = int(agent["user_id"])
+    stranger = (await factories.user())["id"]
+    server = gql.server
+    feed = server.app.state.approval_feed
+    fake_openai.enqueue(
+        tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
+        text_reply("done"),
+    )
+    async with (
+        acknowledged_client(server, gql.bearer(owner)) as owner_ws,
+        acknowledged_client(server, gql.bearer(stranger)) as stranger_ws,
+        acknowledged_client(server, gql.bearer(admin.id, admin=True)) as admin_ws,
+    ):
+        for ws in (owner_ws, stranger_ws, admin_ws):
+            await ws.subscribe("a", LIVE)
+
+        async def subscribed() -> bool:
+            return bool(feed.subscriber_count == 3)
+
+        await eventually(subscribed, what="three approval subscribers")
+        run_id = await gql.start(agent["id"], as_user=owner)
+
+        requested = (await owner_ws.next_data("a"))["toolApprovals"]
+        assert requested["status"] == "PENDING" and requested["run"]["id"] == run_id
+        assert requested["input"] == {"title": "Renew the TLS certificate"}
+        seen_by_admin = (await admin_ws.next_data("a"))["toolApprovals"]
+        assert (seen_by_admin["id"], seen_by_admin["input"]) == (requested["id"], None)
+
+        await gql.data(
+            DECIDE, {"id": requested["id"], "approve": True, "note": "ok"}, as_user=owner
+        )
+        decided = (await owner_ws.next_data("a"))["toolApprovals"]
+        assert (decided["status"], decided["note"]) == ("APPROVED", "ok")
+        assert (await admin_ws.next_data("a"))["toolApprovals"]["status"] == "APPROVED"
+        await gql.finished_run(run_id, as_user=owner)
+        # The stranger heard nothing of it (a barrier: their own next event arrives first).
+        other_agent = await fake_agent(user_id=stranger)
+        await gql.data(
+            ATTACH_TOOL, {"agent": str(other_agent["id"]), "tool": _tools[CREATE]}, as_user=stranger
+        )
+        fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": "Mine"})))
+        await gql.start(other_agent["id"], as_user=stranger)
+        own = (await stranger_ws.next_data("a"))["toolApprovals"]
+        assert own["input"] == {"title": "Mine"}
