@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import mcp.types as types
 import uvicorn
@@ -122,13 +122,18 @@ def build_server(state: TicketState, gate: Callable[[], Awaitable[None]]) -> Ser
 
     @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
     async def list_tools(request: types.ListToolsRequest) -> types.ListToolsResult:
-        state.lists += 1
-        http = server.request_context.request
-        state.list_authorizations.append(
-            http.headers.get("authorization") if http is not None else None
-        )
+        # The SDK passes None when it refreshes its own tool cache before a call (the type is
+        # what it inspects to decide to pass the request at all).
+        request = cast(types.ListToolsRequest | None, request)  # type: ignore[assignment]
+        if request is not None:
+            state.lists += 1
+            http = server.request_context.request
+            state.list_authorizations.append(
+                http.headers.get("authorization") if http is not None else None
+            )
         tools = base_tools(state)
-        cursor = request.params.cursor if request.params is not None else None
+        params = request.params if request is not None else None
+        cursor = params.cursor if params is not None else None
         start = int(cursor) if cursor else 0
         page = tools[start : start + state.page_size]
         following = start + state.page_size
