@@ -253,6 +253,7 @@ class Runtime:
                     arguments,
                     meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
                     seconds=self._tool_timeout_seconds,
+                    idempotent=tool.access == "read",
                 )
             except McpError as exc:
                 # The URL stays in the worker log; the run names the tool.

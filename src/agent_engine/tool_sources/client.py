@@ -177,6 +177,8 @@ class _PooledSession:
         self._closing = asyncio.Event()
         self._task = asyncio.ensure_future(self._hold())
         self.broken = False
+        # A call went through on it (a failure then may mean the server forgot the session).
+        self.used = False
 
     async def _hold(self) -> None:
         try:
@@ -222,26 +224,52 @@ class SessionPool:
         *,
         meta: dict[str, Any],
         seconds: float,
+        idempotent: bool = False,
     ) -> CallResult:
-        """`tools/call` within `seconds` (raises TimeoutError); McpError when the server
-        cannot be reached or the session broke mid-call."""
-        pooled = await self._pooled(url, token)
+        """`tools/call` within `seconds` (raises TimeoutError); McpError when the server cannot be
+        reached or the session broke mid-call. `idempotent` (a READ tool): a call that failed on a
+        session kept from earlier (the server restarted and forgot it) is tried once more on a
+        new session; a WRITE call never is -- the server may have acted."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        pooled, fresh = await self._pooled(url, token)
         try:
-            async with asyncio.timeout(seconds):
+            return await self._call_on(pooled, tool, arguments, meta, deadline)
+        except McpError:
+            await self._drop(url, token, pooled)
+            if fresh or not idempotent:
+                raise
+        retry, _ = await self._pooled(url, token)
+        try:
+            return await self._call_on(retry, tool, arguments, meta, deadline)
+        except McpError:
+            await self._drop(url, token, retry)
+            raise
+
+    async def _call_on(
+        self,
+        pooled: _PooledSession,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any],
+        deadline: float,
+    ) -> CallResult:
+        try:
+            async with asyncio.timeout_at(deadline):
                 session = await pooled.session()
                 result = await session.call_tool(tool, arguments, meta=meta)
         except TimeoutError:
-            await self._drop(url, token, pooled)
+            await pooled.aclose()
             raise
         except McpError:
-            await self._drop(url, token, pooled)
             raise
         except Exception as exc:
-            await self._drop(url, token, pooled)
             raise McpError(describe(exc)) from exc
+        pooled.used = True
         return CallResult(result_text(result), bool(result.isError))
 
-    async def _pooled(self, url: str, token: str | None) -> _PooledSession:
+    async def _pooled(self, url: str, token: str | None) -> tuple[_PooledSession, bool]:
+        """The session for (url, token) and whether it is new (never used for a call)."""
         async with self._lock:
             key = (url, token)
             pooled = self._sessions.get(key)
@@ -249,7 +277,7 @@ class SessionPool:
                 if pooled is not None:
                     await pooled.aclose()
                 pooled = self._sessions[key] = _PooledSession(url, token, self._timeout)
-            return pooled
+            return pooled, not pooled.used
 
     async def _drop(self, url: str, token: str | None, pooled: _PooledSession) -> None:
         async with self._lock:

@@ -190,3 +190,28 @@ async def test_agents_keep_running_when_their_source_is_removed(
     assert (run["state"], run["output"]) == ("SUCCEEDED", "still here")
     offered = {t["function"]["name"] for t in fake_openai.requests[0]["tools"]}
     assert SEARCH not in offered
+
+
+async def test_a_restarted_server_is_reached_again_by_the_next_read_call(
+    admin: Admin,
+    gql: Gql,
+    tickets: TicketServer,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
+    owner = int(agent["user_id"])
+    fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})), text_reply("ok"))
+    first = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+    assert first["state"] == "SUCCEEDED"
+    port = tickets.port
+    assert port is not None
+    tickets.stop()  # the worker's pooled session now names a session the new server never made
+
+    with TicketServer(port=port) as restarted:
+        fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})), text_reply("ok"))
+        again = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+
+        assert again["state"] == "SUCCEEDED", again["error"]
+        assert len(restarted.calls) == 1
