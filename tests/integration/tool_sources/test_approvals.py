@@ -401,3 +401,30 @@ async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
         await gql.start(other_agent["id"], as_user=stranger)
         own = (await stranger_ws.next_data("a"))["toolApprovals"]
         assert own["input"] == {"title": "Mine"}
+
+
+async def test_messages_racing_to_resume_one_decision_make_one_call(
+    admin: Admin,
+    gql: Gql,
+    tickets: TicketServer,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    agent, _tools, run_id = await start_write(admin, gql, tickets, fake_openai, fake_agent)
+    owner = int(agent["user_id"])
+    pending = (await parked(gql, run_id, as_user=owner))["pendingApproval"]
+
+    await gql.data(DECIDE, {"id": pending["id"], "approve": True}, as_user=owner)
+    for _ in range(5):  # duplicates racing the decision's own message over 4 worker threads
+        enqueue_execute(int(run_id))
+    finished = await gql.finished_run(run_id, as_user=owner)
+
+    assert finished["state"] == "SUCCEEDED"
+    fake_openai.enqueue(text_reply("barrier"))
+    other = await fake_agent()
+    barrier = await gql.start(other["id"], as_user=int(other["user_id"]))
+    await gql.finished_run(barrier, as_user=int(other["user_id"]))
+    assert len(tickets.calls_of("create_ticket")) == 1
+    kinds = [s["kind"] for s in (await run_view(gql, run_id, as_user=owner))["steps"]]
+    assert kinds == ["MODEL_CALL", "TOOL_CALL", "MODEL_CALL"]
