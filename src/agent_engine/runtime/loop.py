@@ -51,7 +51,7 @@ from agent_engine.runtime.transcript import (
     step_output,
     tool_input,
 )
-from agent_engine.tool_sources.client import McpError, SessionPool, bearer
+from agent_engine.tool_sources.client import McpError, SessionPool, TooLarge, bearer
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,8 @@ class Runtime:
                     seconds=self._tool_timeout_seconds,
                     idempotent=tool.access == "read",
                 )
+            except TooLarge as exc:
+                raise ToolFailed(tool.name, str(exc)) from exc
             except McpError as exc:
                 # The URL stays in the worker log; the run names the tool.
                 log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)

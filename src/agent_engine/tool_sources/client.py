@@ -15,8 +15,9 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import mcp.types as types
@@ -26,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agent_engine.domain.mcp import ToolAccess, access_of
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A server that lists more than this is refused at sync (the catalog stays as it was).
 MAX_TOOLS = 500
@@ -38,6 +40,10 @@ MAX_RESPONSE_BYTES = 4_000_000
 
 class McpError(Exception):
     """A server could not be reached, or answered something unusable."""
+
+
+class TooLarge(McpError):
+    """The server's answer was over MAX_RESPONSE_BYTES (refused before it was read)."""
 
 
 @dataclass(frozen=True)
@@ -61,21 +67,44 @@ def bearer(auth_env: str | None) -> str | None:
     return os.environ.get(auth_env) or None
 
 
-def _http_client(token: str | None, timeout: float) -> httpx.AsyncClient:
+TOO_LARGE = f"the server's answer is larger than {MAX_RESPONSE_BYTES} bytes"
+
+
+def _http_client(token: str | None, timeout: float, too_large: asyncio.Event) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def bounded(response: httpx.Response) -> None:
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
+            # The SDK's transport swallows what a hook raises (the request would wait for its
+            # timeout): the waiting side hears it through the event instead.
+            too_large.set()
+            await response.aclose()
+            raise TooLarge(TOO_LARGE)
+
     return httpx.AsyncClient(
         headers=headers,
         timeout=httpx.Timeout(timeout),
         follow_redirects=False,
-        event_hooks={"response": [_bounded_response]},
+        event_hooks={"response": [bounded]},
     )
 
 
-async def _bounded_response(response: httpx.Response) -> None:
-    length = response.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
-        await response.aclose()
-        raise McpError(f"the server's answer is larger than {MAX_RESPONSE_BYTES} bytes")
+async def _unless_too_large(work: Awaitable[T], too_large: asyncio.Event) -> T:
+    """`work`, or McpError as soon as a response was refused for its size."""
+    task = asyncio.ensure_future(work)
+    alarm = asyncio.ensure_future(too_large.wait())
+    try:
+        await asyncio.wait({task, alarm}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        alarm.cancel()
+    if task.cancelled():
+        raise TooLarge(TOO_LARGE)
+    return task.result()
 
 
 def describe(exc: BaseException) -> str:
@@ -96,9 +125,11 @@ def describe(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_session(url: str, token: str | None, seconds: float) -> Any:
+async def open_session(
+    url: str, token: str | None, seconds: float, too_large: asyncio.Event | None = None
+) -> Any:
     async with (
-        _http_client(token, seconds) as http,
+        _http_client(token, seconds, too_large or asyncio.Event()) as http,
         streamable_http_client(url, http_client=http) as (read, write, _),
         ClientSession(read, write) as session,
     ):
@@ -108,9 +139,13 @@ async def open_session(url: str, token: str | None, seconds: float) -> Any:
 
 async def list_tools(url: str, token: str | None, *, seconds: float) -> list[RemoteTool]:
     """Every tool the server lists (all pages), within `seconds` in all."""
+    too_large = asyncio.Event()
     try:
-        async with asyncio.timeout(seconds), open_session(url, token, seconds) as session:
-            return await _all_pages(session)
+        async with (
+            asyncio.timeout(seconds),
+            open_session(url, token, seconds, too_large) as session,
+        ):
+            return await _unless_too_large(_all_pages(session), too_large)
     except McpError:
         raise
     except BaseException as exc:
@@ -175,6 +210,8 @@ class _PooledSession:
         self._url, self._token, self._timeout = url, token, timeout
         self._ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
+        # Set when a response was refused for its size (the session is then dropped).
+        self.too_large = asyncio.Event()
         self._task = asyncio.ensure_future(self._hold())
         self.broken = False
         # A call went through on it (a failure then may mean the server forgot the session).
@@ -182,7 +219,9 @@ class _PooledSession:
 
     async def _hold(self) -> None:
         try:
-            async with open_session(self._url, self._token, self._timeout) as session:
+            async with open_session(
+                self._url, self._token, self._timeout, self.too_large
+            ) as session:
                 self._ready.set_result(session)
                 await self._closing.wait()
         except BaseException as exc:
@@ -235,9 +274,9 @@ class SessionPool:
         pooled, fresh = await self._pooled(url, token)
         try:
             return await self._call_on(pooled, tool, arguments, meta, deadline)
-        except McpError:
+        except McpError as exc:
             await self._drop(url, token, pooled)
-            if fresh or not idempotent:
+            if fresh or not idempotent or isinstance(exc, TooLarge):
                 raise
         retry, _ = await self._pooled(url, token)
         try:
@@ -257,7 +296,9 @@ class SessionPool:
         try:
             async with asyncio.timeout_at(deadline):
                 session = await pooled.session()
-                result = await session.call_tool(tool, arguments, meta=meta)
+                result = await _unless_too_large(
+                    session.call_tool(tool, arguments, meta=meta), pooled.too_large
+                )
         except TimeoutError:
             await pooled.aclose()
             raise

@@ -70,3 +70,24 @@ async def test_a_server_that_goes_away_mid_call_fails_the_run_naming_the_tool(
     assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
     assert run["error"].startswith(f"tool {SEARCH} failed:")
     assert url not in run["error"]
+
+
+async def test_a_result_over_the_size_limit_fails_the_run_with_a_clear_error(
+    admin: Admin,
+    gql: Gql,
+    tickets: TicketServer,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
+    owner = int(agent["user_id"])
+    tickets.state.result_chars = 10_000_000
+    fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
+
+    run = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+
+    assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
+    assert run["error"] == (
+        f"tool {SEARCH} failed: the server's answer is larger than 4000000 bytes"
+    )
