@@ -259,6 +259,10 @@ class TicketServer(ServerThread):
         if loop is not None and stop is not None:
             loop.call_soon_threadsafe(stop.set)
             self._manager_done.wait(5)
+            # sse-starlette polls for a uvicorn shutdown it cannot see in a thread; end its
+            # watcher, or the closing loop reports it as destroyed while pending.
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_end_sse_watchers(), loop).result(5)
         super().stop()
 
     @property
@@ -277,6 +281,12 @@ class TicketServer(ServerThread):
 
     def release(self) -> None:
         self._gate.release()
+
+
+async def _end_sse_watchers() -> None:
+    for task in asyncio.all_tasks():
+        if getattr(task.get_coro(), "__name__", "") == "_shutdown_watcher":
+            task.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:
