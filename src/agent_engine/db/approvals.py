@@ -161,6 +161,15 @@ OF_RUNS = text(
     " ORDER BY id"
 )
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+# A run event without a state change (running -> running) when a run parks or resumes, so
+# runEvents consumers see Run.pendingApproval come and go. The payload is the trigger's.
+NOTIFY_RUN = text(
+    "SELECT pg_notify('agent_run_events', json_build_object("
+    " 'run_id', r.id, 'agent_id', r.agent_id, 'owner_id', a.user_id,"
+    " 'state', r.state, 'previous_state', r.state)::text)"
+    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+    " WHERE r.id = :run_id AND a.deleted_at IS NULL"
+)
 
 
 async def park(
@@ -212,6 +221,7 @@ async def park(
     ).one()
     approval = ApprovalRow.from_row(row)
     await notify(conn, approval)
+    await conn.execute(NOTIFY_RUN, {"run_id": run_id})
     return approval
 
 
@@ -225,6 +235,7 @@ async def take_parked(conn: AsyncConnection, run_id: int) -> Decided | None:
     row = (await conn.execute(TAKE_PARKED, {"run_id": run_id})).mappings().one_or_none()
     if row is None:
         return None
+    await conn.execute(NOTIFY_RUN, {"run_id": run_id})
     return Decided(
         approval_id=int(row["id"]),
         status=row["status"],

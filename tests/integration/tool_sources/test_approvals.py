@@ -428,3 +428,45 @@ async def test_messages_racing_to_resume_one_decision_make_one_call(
     assert len(tickets.calls_of("create_ticket")) == 1
     kinds = [s["kind"] for s in (await run_view(gql, run_id, as_user=owner))["steps"]]
     assert kinds == ["MODEL_CALL", "TOOL_CALL", "MODEL_CALL"]
+
+
+RUN_EVENTS = """subscription($agent: ID) { runEvents(agentId: $agent) {
+  previousState run { id state pendingApproval { id status } } } }"""
+
+
+async def test_run_events_show_the_run_waiting_and_then_going_on(
+    admin: Admin,
+    gql: Gql,
+    tickets: TicketServer,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> None:
+    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
+    owner = int(agent["user_id"])
+    fake_openai.enqueue(
+        tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
+        text_reply("done"),
+    )
+    async with acknowledged_client(gql.server, gql.bearer(owner)) as ws:
+        await ws.subscribe("e", RUN_EVENTS, {"agent": str(agent["id"])})
+        await gql.server.wait_subscribers(1)
+        run_id = await gql.start(agent["id"], as_user=owner)
+
+        async def next_event() -> dict[str, Any]:
+            event: dict[str, Any] = (await ws.next_data("e"))["runEvents"]
+            return event
+
+        seen = [await next_event() for _ in range(3)]
+        assert [(e["previousState"], e["run"]["state"]) for e in seen] == [
+            (None, "QUEUED"),
+            ("QUEUED", "RUNNING"),
+            ("RUNNING", "RUNNING"),
+        ]
+        waiting = seen[2]["run"]["pendingApproval"]
+        assert waiting is not None and waiting["status"] == "PENDING"
+        await gql.data(DECIDE, {"id": waiting["id"], "approve": True}, as_user=owner)
+        resumed = await next_event()
+        assert (resumed["run"]["state"], resumed["run"]["pendingApproval"]) == ("RUNNING", None)
+        finished = await next_event()
+        assert finished["run"]["state"] == "SUCCEEDED" and finished["run"]["id"] == run_id

@@ -273,9 +273,14 @@
     }`;
   }
 
-  const RUN_EVENTS = `subscription DashboardRunEvents {
-    runEvents { previousState run { ${RUN_FIELDS} agent { id name owner { id displayName email } } } }
-  }`;
+  function runEventsQuery() {
+    // A parked run (a tool call waiting for its owner) comes as RUNNING → RUNNING with it set.
+    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    return `subscription DashboardRunEvents {
+      runEvents { previousState run { ${RUN_FIELDS} ${waiting}
+        agent { id name owner { id displayName email } } } }
+    }`;
+  }
 
   // --- sign in / out ----------------------------------------------------------------------------
 
@@ -358,7 +363,7 @@
       onDown: () => setLive("reconnecting", "reconnecting…"),
       onRejected: (reason) => signOut(`The live connection was refused: ${reason}`),
     });
-    state.socket.subscribe(RUN_EVENTS, {}, {
+    state.socket.subscribe(runEventsQuery(), {}, {
       next: (payload) => {
         if (payload.errors && payload.errors.length) {
           showError(new GraphQLError(payload.errors[0]));
