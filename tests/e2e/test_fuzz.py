@@ -34,7 +34,7 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
 )
 from tests.support.factories import Factories
 
-# Enough that the derandomized run reaches a third of the (now 32) operations without errors.
+# Enough that the derandomized run reaches a quarter of the (now 39) operations without errors.
 SCHEMATHESIS_EXAMPLES = 1000
 MALFORMED_EXAMPLES = 40
 HYPOTHESIS_SETTINGS = {
@@ -115,9 +115,11 @@ def _schemathesis(url: str, bearers: list[str]) -> tuple[int, list[Any]]:
 
     check()
     # Most generated operations are refused (random ids, admin-only fields): make sure a good
-    # share of the schema was actually executed, or the run proves little.
+    # share of the schema was actually executed, or the run proves little. A quarter: of the 39
+    # operations of contract version 3, the MCP source and approval mutations act on an existing
+    # source or approval id, which random ids never hit (they still must not fail with a 5xx).
     operations = {op.ok().label.split(".", 1)[1] for op in schema.get_all_operations()}
-    if len(served) < len(operations) // 3:
+    if len(served) < len(operations) // 4:
         failures.append(f"only {sorted(served)} of {len(operations)} operations were served")
     return sent, failures
 
