@@ -86,6 +86,14 @@ class Settings(BaseSettings):
     run_timeout_seconds: float = Field(default=600.0, gt=0, description="Wall clock per run.")
     model_timeout_seconds: float = Field(default=120.0, gt=0, description="Per model call.")
     tool_timeout_seconds: float = Field(default=30.0, gt=0, description="Per tool call.")
+    approval_timeout_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="A WRITE tool call waits this long for its owner's decision, then expires.",
+    )
+    tool_source_sync_seconds: float = Field(
+        default=300.0, gt=0, description="The clock re-syncs enabled MCP tool sources this often."
+    )
     schedule_tick_seconds: float = Field(default=5.0, gt=0)
     reap_tick_seconds: float = Field(default=30.0, gt=0)
     schedule_batch_size: int = Field(default=500, ge=1)

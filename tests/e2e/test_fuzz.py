@@ -93,8 +93,10 @@ async def test_schemathesis_finds_no_server_error(
         # Every operation was sent with each token.
         assert report.operations_sent[who] == report.operations, (who, report)
     # Most generated operations are refused (random ids, admin-only fields): make sure a good
-    # share of the schema was actually executed, or the run proves little.
-    assert len(report.served) >= len(report.operations) // 3, report.served
+    # share of the schema was actually executed, or the run proves little. A quarter: of the 39
+    # operations of contract version 3, the MCP source and approval mutations act on an existing
+    # source or approval id, which random ids never hit (they still must not fail with a 5xx).
+    assert len(report.served) >= len(report.operations) // 4, report.served
     async with httpx.AsyncClient() as http:
         assert (await http.get(f"{api.url}/healthz")).status_code == 200
     assert api.alive(), api.log_tail()

@@ -382,6 +382,7 @@ def create_app(
             app.state.live = app.state.hub = live
             app.state.broadcaster = live.broadcaster
             app.state.alert_feed = _FeedCount(live, "budgetAlerts")
+            app.state.approval_feed = _FeedCount(live, "toolApprovals")
             sessions = SessionRegistry(
                 active,
                 interval_seconds=settings.session_check_seconds,

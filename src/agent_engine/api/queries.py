@@ -14,20 +14,25 @@ from agent_engine.api.guards import checked_instant, page_size
 from agent_engine.api.ids import decode_cursor, parse_id
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.types.agents import Agent, AgentConnection, Run, RunConnection
+from agent_engine.api.types.approvals import ToolApproval, ToolApprovalConnection
 from agent_engine.api.types.audit import AuditEntry, AuditEntryConnection
 from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
 from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
 from agent_engine.api.types.delivery import DeliveryTarget
+from agent_engine.api.types.tool_sources import ToolSource
 from agent_engine.api.types.viewer import Viewer
 from agent_engine.db import agents as agents_db
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import audit as audit_db
 from agent_engine.db import catalog, deliveries
 from agent_engine.db import runs as runs_db
+from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db.alerts import newest_alerts
 from agent_engine.db.runs import RunRow
 from agent_engine.db.spend import spend_by_owner
 from agent_engine.domain import gate
 from agent_engine.domain.budget import week_window
+from agent_engine.domain.mcp import ApprovalStatus
 from agent_engine.domain.runs import RunState
 
 
@@ -122,6 +127,40 @@ class Query:
         async with info.context.engine.connect() as conn:
             rows = await catalog.list_tools(conn, allowed_only=False)
         return [Tool.from_row(r) for r in rows]
+
+    @described(
+        description=(
+            "The viewer's approvals, newest first (admins: every owner's, without inputs)."
+        )
+    )
+    async def tool_approvals(
+        self,
+        info: Info,
+        first: int = 50,
+        after: str | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> ToolApprovalConnection:
+        viewer = info.context.require_viewer()
+        size = page_size(first)
+        cursor = decode_cursor("approval", after)
+        async with info.context.engine.connect() as conn:
+            rows = await approvals_db.page(
+                conn,
+                owner_id=None if viewer.is_admin else viewer.user_id,
+                status=None if status is None else str(status),
+                before_id=cursor,
+                limit=size + 1,
+            )
+        return ToolApprovalConnection.from_rows(
+            rows, size, kind="approval", node=ToolApproval.from_row
+        )
+
+    @described(description="The MCP sources (admin only).")
+    async def tool_sources(self, info: Info) -> list[ToolSource]:
+        info.context.require_admin()
+        async with info.context.engine.connect() as conn:
+            rows = await tool_sources_db.all_sources(conn)
+        return [ToolSource.from_row(r) for r in rows]
 
     @described(
         description=(

@@ -25,6 +25,7 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.live import (
     SKIP,
     SUBSCRIBER_TOO_SLOW,
+    ApprovalChange,
     Feed,
     LiveBus,
     LiveUpdates,
@@ -38,8 +39,10 @@ from agent_engine.api.live import Subscription as BusSubscription
 from agent_engine.api.resolvers import Info
 from agent_engine.api.state import state_of
 from agent_engine.api.types.agents import Run, RunEvent
+from agent_engine.api.types.approvals import ToolApproval
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.transcript import RunStep
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
@@ -131,6 +134,24 @@ def run_steps_feed(bus: LiveBus, run_id: int, owner_id: int) -> Feed:
     return Feed(("runSteps", run_id), open_source, step, replay=replay, shown_as=shown_as)
 
 
+def tool_approvals_feed(bus: LiveBus, owner_id: int | None) -> Feed:
+    """Approvals as they are requested, decided, expire or are cancelled: `owner_id`'s (None:
+    every owner's). One read of the approval per event and group; inputs only in the owner's
+    group (the type's resolver)."""
+
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[ApprovalChange]:
+        return bus.subscribe(
+            Topic.APPROVALS, owner_id=owner_id, queue_size=queue_size, counted=counted
+        )
+
+    async def approval(event: ApprovalChange, context: Context) -> Any:
+        async with context.engine.connect() as conn:
+            row = await approvals_db.fetch(conn, event.id)
+        return SKIP if row is None else ToolApproval.from_row(row)
+
+    return Feed(("toolApprovals", owner_id), open_source, approval)
+
+
 @strawberry.type
 class Subscription:
     @described_subscription(
@@ -172,6 +193,18 @@ class Subscription:
 
     @described_subscription(
         description=(
+            "The viewer's approvals as they are requested, decided or expire (admins: every "
+            "owner's, without inputs)."
+        )
+    )
+    async def tool_approvals(self, info: Info) -> AsyncIterator[ToolApproval]:
+        viewer = info.context.require_viewer()
+        live = _live(info)
+        owner = None if viewer.is_admin else viewer.user_id
+        return shared_stream(info, tool_approvals_feed(live.bus, owner), live.broadcaster)
+
+    @described_subscription(
+        description=(
             "One run's transcript: first the steps written so far, then each step when it starts "
             "and again when it finishes. Ends when the run finishes (at once for a finished run)."
         )
@@ -192,4 +225,5 @@ __all__ = [
     "budget_feed",
     "run_events_feed",
     "run_steps_feed",
+    "tool_approvals_feed",
 ]

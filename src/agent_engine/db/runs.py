@@ -164,6 +164,14 @@ CONTEXT_COLUMNS = """
         WHERE at.agent_id = a.id AND t.agents_allowed
         ORDER BY t.name
     ) AS tool_names,
+    (SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', t.id, 'name', t.name, 'description', t.description,
+        'input_schema', t.input_schema, 'access', t.access, 'remote_name', t.remote_name,
+        'source', s.name, 'url', s.url, 'auth_env', s.auth_env,
+        'auto_approved', at.auto_approved) ORDER BY t.name), '[]'::jsonb)
+     FROM agent_tools at JOIN tools t ON t.id = at.tool_id
+     JOIN tool_sources s ON s.id = t.source_id
+     WHERE at.agent_id = a.id AND t.agents_allowed AND s.enabled) AS mcp_tools,
     (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
      FROM platform_settings p) AS platform
 """
@@ -249,7 +257,7 @@ FINISH = text(
 # The database's clock: a cancel is written as it happens, whatever clock its request carried.
 CANCEL = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
-    " finished_at = now(), tokens_used = GREATEST(tokens_used,"
+    " finished_at = now(), parked_at = NULL, tokens_used = GREATEST(tokens_used,"
     "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
     "    WHERE run_id = :run_id))"
     " WHERE id = :run_id AND state IN ('queued', 'running')"
@@ -267,7 +275,8 @@ NOT_RUNNING = text(
 REAP_RUNNING = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now(),"
     " error = :error"
-    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at)"
+    " WHERE state = 'running' AND parked_at IS NULL"
+    " AND COALESCE(heartbeat_at, started_at, created_at)"
     " < now() - make_interval(secs => :stale_after_seconds)"
     " RETURNING id"
 )

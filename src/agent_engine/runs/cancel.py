@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.listen import Listener
 from agent_engine.settings import to_libpq_url
@@ -73,6 +74,12 @@ async def cancel_run(
                 raise RunMissing(run_id)
             raise RunFinished(run_id, str(state))
         row = runs_sql.RunRow.from_row(found)
+        # A run parked on its owner's approval: the approval ends with it.
+        cancelled = await approvals_db.cancel_pending(
+            conn, run_id, actor_id=audited_actor_id or owner_id, error=error
+        )
+        if cancelled is not None:
+            await approvals_db.notify(conn, cancelled)
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
         await conn.execute(runs_sql.NOTIFY, {"channel": CHANNEL, "payload": str(run_id)})

@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
+from agent_engine.db.approvals import Decided
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
@@ -44,6 +46,8 @@ class Claim:
     model_id: int | None = None
     # The model's concurrency limit when claimed: a limited model's finish hands its slot on.
     model_limit: int | None = None
+    # A parked run taken back after its owner's decision (or the approval's expiry).
+    resumed: Decided | None = None
 
 
 async def claim_run(
@@ -70,6 +74,20 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
     async with engine.begin() as conn:
         # The row lock serialises duplicate messages: the second one reads the new state.
         row = (await conn.execute(runs_sql.CLAIM_READ, {"run_id": run_id})).one_or_none()
+        if row is not None and row.state == RunState.RUNNING:
+            # A parked run whose approval was decided: exactly one message takes it back.
+            decided = await approvals_db.take_parked(conn, run_id)
+            if decided is None:
+                return Claim(run_id, None)
+            return Claim(
+                run_id,
+                RunState.RUNNING,
+                context=run_context_from_row(
+                    row, platform=PlatformSettings.from_rows(row.platform or {})
+                ),
+                model_id=row.run_model_id,
+                resumed=decided,
+            )
         if row is None or row.state != RunState.QUEUED:
             return Claim(run_id, None)
         model_id = row.agent_model_id

@@ -36,6 +36,7 @@ import structlog
 
 from agent_engine.api.live.audience import AudienceIndex
 from agent_engine.api.live.queue import BoundedQueue
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS, LIVE_READS
@@ -49,19 +50,30 @@ class Topic(StrEnum):
     RUNS = "runs"
     ALERTS = "alerts"
     STEPS = "steps"
+    APPROVALS = "approvals"
 
 
 # The NOTIFY channels the bus hears (on the one LISTEN connection of the api process).
 RUNS_CHANNEL = "agent_run_events"
 STEPS_CHANNEL = "agent_run_steps"
 ALERTS_CHANNEL = "budget_alert_events"
-CHANNELS = (RUNS_CHANNEL, STEPS_CHANNEL, ALERTS_CHANNEL)
+APPROVALS_CHANNEL = approvals_db.CHANNEL
+CHANNELS = (RUNS_CHANNEL, STEPS_CHANNEL, ALERTS_CHANNEL, APPROVALS_CHANNEL)
 
 # Fields that only exist once a run reached a later state than the event shows.
 _LATER_FIELDS_BY_STATE = {
     "queued": ("started_at", "finished_at", "heartbeat_at", "output", "error", "reason", "cost"),
     "running": ("finished_at", "output", "error", "reason", "cost"),
 }
+
+
+@dataclass(frozen=True)
+class ApprovalChange:
+    """A write to `tool_approvals` (requested, decided, expired, cancelled): ids only."""
+
+    id: int
+    owner_id: int
+    agent_id: None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,7 @@ class LiveBus:
         self._index: dict[Topic, AudienceIndex[Subscription[Any]]] = {
             Topic.RUNS: AudienceIndex(),
             Topic.ALERTS: AudienceIndex(),
+            Topic.APPROVALS: AudienceIndex(),
         }
         self._readers: dict[int, StepReader] = {}
         self._notes: list[dict[str, Any]] = []
@@ -263,6 +276,7 @@ class LiveBus:
             RUNS_CHANNEL: self.run_changed,
             STEPS_CHANNEL: self.step_changed,
             ALERTS_CHANNEL: self.alert_recorded,
+            APPROVALS_CHANNEL: self.approval_changed,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -397,6 +411,12 @@ class LiveBus:
 
     def alert_recorded(self, payload: dict[str, Any]) -> None:
         self.publish(Topic.ALERTS, alert_from_payload(payload))
+
+    def approval_changed(self, payload: dict[str, Any]) -> None:
+        self.publish(
+            Topic.APPROVALS,
+            ApprovalChange(id=int(payload["id"]), owner_id=int(payload["owner_id"])),
+        )
 
     def publish(self, topic: Topic, event: Any) -> None:
         """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it."""

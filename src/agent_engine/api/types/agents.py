@@ -21,6 +21,7 @@ from agent_engine.api.ids import decode_cursor
 from agent_engine.api.pagination import Connection
 from agent_engine.api.resolvers import Info, awaited_later, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
+from agent_engine.api.types.approvals import ToolApproval
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.delivery import Delivery, DeliveryTarget
 from agent_engine.api.types.schedules import Schedule, schedule_from_json
@@ -113,6 +114,18 @@ class Run:
             viewer_owns_run(info, self.row),
         )
         return [RunStep.from_row(r, owner_view=owner_view) for r in rows]
+
+    @described(
+        description=(
+            "The approval this RUNNING run is parked on (no worker holds it meanwhile); null "
+            "otherwise."
+        )
+    )
+    async def pending_approval(self, info: Info) -> ToolApproval | None:
+        if self.row.state != RunState.RUNNING:
+            return None
+        row = await info.context.loaders.pending_approval.load(self.row.id)
+        return None if row is None else ToolApproval.from_row(row)
 
     @described(description="One per delivery target attached to the agent when the run finished.")
     async def deliveries(self, info: Info) -> list[Delivery]:
@@ -259,6 +272,14 @@ class Agent:
 
     async def _load_tools(self, info: Info) -> list[Tool]:
         rows = await info.context.loaders.tools_of_agent.load(self.row.id)
+        return [Tool.from_row(r) for r in rows]
+
+    @described(
+        description="WRITE tools of its selection that run without asking the owner "
+        "(setToolAutoApproved)."
+    )
+    async def auto_approved_tools(self, info: Info) -> list[Tool]:
+        rows = await info.context.loaders.auto_approved_of_agent.load(self.row.id)
         return [Tool.from_row(r) for r in rows]
 
     @described(description="The unfinished (queued or running) run, if any.")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated
+
 import strawberry
+from strawberry.scalars import JSON
 
 from agent_engine.api.resolvers import Info, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
 from agent_engine.db.catalog import AgentModelRow, ToolRow
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
+from agent_engine.domain.mcp import ToolAccess
+
+if TYPE_CHECKING:
+    from agent_engine.api.types.tool_sources import ToolSource
 
 
 @strawberry.type
@@ -70,19 +77,53 @@ class AgentModel:
 
 @strawberry.type
 class Tool:
+    row: strawberry.Private[ToolRow]
     id: strawberry.ID
-    name: str
+    name: str = strawberry.field(
+        description=(
+            "The name the model calls it by. For an MCP tool: <ToolSource.name>__<the server's "
+            "tool name>."
+        )
+    )
     description: str
     agents_allowed: bool
+    access: ToolAccess
+    input_schema: JSON | None = strawberry.field(
+        description=(
+            "The JSON Schema of the tool's arguments (MCP inputSchema); null for the engine's own "
+            "tools."
+        )
+    )
 
     @classmethod
     def from_row(cls, row: ToolRow) -> Tool:
         return cls(
+            row=row,
             id=strawberry.ID(str(row.id)),
             name=row.name,
             description=row.description,
             agents_allowed=row.agents_allowed,
+            access=ToolAccess(row.access),
+            input_schema=row.input_schema,
         )
+
+    @described(description="The MCP source's name; null for the engine's own tools.")
+    async def source_name(self, info: Info) -> str | None:
+        if self.row.source_id is None:
+            return None
+        source = await info.context.loaders.tool_source.load(self.row.source_id)
+        return None if source is None else source.name
+
+    @described(description="Admins only (null for everyone else).")
+    async def source(
+        self, info: Info
+    ) -> Annotated[ToolSource, strawberry.lazy("agent_engine.api.types.tool_sources")] | None:
+        from agent_engine.api.types.tool_sources import ToolSource
+
+        if self.row.source_id is None or not viewer_is_admin(info):
+            return None
+        source = await info.context.loaders.tool_source.load(self.row.source_id)
+        return None if source is None else ToolSource.from_row(source)
 
 
 @strawberry.type

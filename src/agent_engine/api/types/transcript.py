@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.scalars import JSON
 
-from agent_engine.api.resolvers import Info
+from agent_engine.api.resolvers import Info, described
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.domain.runs import RunStepKind
 
+if TYPE_CHECKING:
+    from agent_engine.api.types.approvals import ToolApproval
+
 
 @strawberry.type
 class RunStep:
+    row: strawberry.Private[StepRow]
     index: int = strawberry.field(description="0, 1, 2 … in the order the steps started.")
     kind: RunStepKind
     name: str = strawberry.field(
@@ -40,6 +45,7 @@ class RunStep:
         """`owner_view`: the viewer owns the run; inputs and outputs were read with the owner's
         access and are the owner's alone."""
         return cls(
+            row=row,
             index=row.index,
             kind=RunStepKind(row.kind),
             name=row.name,
@@ -51,6 +57,21 @@ class RunStep:
             started_at=row.started_at,
             finished_at=row.finished_at,
         )
+
+    @described(
+        description="TOOL_CALL of a WRITE tool: the owner's approval (null when auto-approved)."
+    )
+    async def approval(
+        self, info: Info
+    ) -> Annotated[ToolApproval, strawberry.lazy("agent_engine.api.types.approvals")] | None:
+        from agent_engine.api.types.approvals import ToolApproval
+
+        if self.row.kind != RunStepKind.TOOL_CALL:
+            return None
+        for approval in await info.context.loaders.approvals_of_run.load(self.row.run_id):
+            if approval.step_index == self.row.index:
+                return ToolApproval.from_row(approval)
+        return None
 
 
 async def viewer_owns_run(info: Info, run_row: RunRow) -> bool:

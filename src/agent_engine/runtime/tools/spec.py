@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 if TYPE_CHECKING:
     from agent_engine.knowledge.store import KnowledgeStore
+    from agent_engine.runtime.tools.mcp import McpTool
 
 
 class ToolError(Exception):
@@ -45,6 +46,9 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     handler: ToolHandler
+    # An MCP tool (runtime.tools.mcp.McpTool): called on its server, arguments checked against
+    # its full JSON Schema; None for the engine's own tools.
+    mcp: McpTool | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as offered in a Chat Completions request."""
