@@ -27,8 +27,7 @@ from agent_engine.db.engine import create_engine_for_url
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.loop import Runtime
 from agent_engine.runtime.providers.base import ToolCall
-from agent_engine.runtime.tools.mcp import McpTool
-from agent_engine.runtime.tools.spec import ToolCallContext
+from agent_engine.runtime.tools.spec import McpTool, ToolCallContext
 from agent_engine.testing.mcp_tickets import SEARCH_SCHEMA
 from agent_engine.tool_sources.client import open_session
 from bench.common import (

@@ -13,13 +13,18 @@ from agent_engine.api.enums import AgentStatus
 from agent_engine.api.guards import checked_instant, page_size
 from agent_engine.api.ids import decode_cursor, parse_id
 from agent_engine.api.resolvers import Info, described
-from agent_engine.api.types.agents import Agent, AgentConnection, Run, RunConnection
-from agent_engine.api.types.approvals import ToolApproval, ToolApprovalConnection
+from agent_engine.api.types.agents import (
+    Agent,
+    AgentConnection,
+    Run,
+    RunConnection,
+    ToolApproval,
+    ToolApprovalConnection,
+)
 from agent_engine.api.types.audit import AuditEntry, AuditEntryConnection
 from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
-from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
+from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool, ToolSource
 from agent_engine.api.types.delivery import DeliveryTarget
-from agent_engine.api.types.tool_sources import ToolSource
 from agent_engine.api.types.viewer import Viewer
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db

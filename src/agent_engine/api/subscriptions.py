@@ -38,10 +38,8 @@ from agent_engine.api.live import (
 from agent_engine.api.live import Subscription as BusSubscription
 from agent_engine.api.resolvers import Info
 from agent_engine.api.state import state_of
-from agent_engine.api.types.agents import Run, RunEvent
-from agent_engine.api.types.approvals import ToolApproval
+from agent_engine.api.types.agents import Run, RunEvent, RunStep, ToolApproval
 from agent_engine.api.types.budget import Budget, BudgetAlert
-from agent_engine.api.types.transcript import RunStep
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.db.run_steps import StepRow

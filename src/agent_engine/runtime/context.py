@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.zones import user_zone_name
-from agent_engine.runtime.tools.mcp import McpTool
 from agent_engine.runtime.tools.registry import optional_tools
+from agent_engine.runtime.tools.spec import McpTool
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,15 @@ from agent_engine.runtime.providers.base import (
 )
 from agent_engine.runtime.providers.builtin import BuiltinProvider
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
-from agent_engine.runtime.tools.mcp import McpTool, call_meta, check_arguments
+from agent_engine.runtime.tools.mcp import call_meta, check_arguments
 from agent_engine.runtime.tools.registry import core_tools, optional_tools, validate_arguments
-from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolHandler, ToolSpec
+from agent_engine.runtime.tools.spec import (
+    McpTool,
+    ToolCallContext,
+    ToolError,
+    ToolHandler,
+    ToolSpec,
+)
 from agent_engine.runtime.transcript import (
     StepEnd,
     StepKind,

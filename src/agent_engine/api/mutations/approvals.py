@@ -12,8 +12,7 @@ from agent_engine.api.guards import checked_text
 from agent_engine.api.ids import parse_id
 from agent_engine.api.mutations.common import fresh_agent, owned_agent, transaction
 from agent_engine.api.resolvers import Info, described_mutation
-from agent_engine.api.types.agents import Agent
-from agent_engine.api.types.approvals import ToolApproval
+from agent_engine.api.types.agents import Agent, ToolApproval
 from agent_engine.db import approvals as approvals_db
 from agent_engine.domain.mcp import ToolAccess
 from agent_engine.runs import approvals

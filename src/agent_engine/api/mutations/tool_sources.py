@@ -15,7 +15,7 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.inputs import ToolSourceInput
 from agent_engine.api.mutations.common import transaction
 from agent_engine.api.resolvers import Info, described_mutation
-from agent_engine.api.types.tool_sources import ToolSource
+from agent_engine.api.types.catalog import ToolSource
 from agent_engine.db import tool_sources as sources_db
 from agent_engine.domain.mcp import source_name_problem, source_url_problem
 from agent_engine.tool_sources.sync import sync_source

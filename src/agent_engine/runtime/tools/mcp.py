@@ -1,9 +1,8 @@
-"""MCP tools in a run: what the run knows of each (read once at its start), the check of a call's
-arguments against the tool's JSON Schema, and the call's `_meta` (who is acting)."""
+"""MCP tools in a run: the check of a call's arguments against the tool's JSON Schema, and the
+call's `_meta` (who is acting). What the run knows of each tool is `spec.McpTool`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -13,42 +12,6 @@ from agent_engine.runtime.tools.spec import ToolError
 META_USER = "agentEngine/userId"
 META_AGENT = "agentEngine/agentId"
 META_RUN = "agentEngine/runId"
-
-
-@dataclass(frozen=True)
-class McpTool:
-    """An allowed MCP tool of the agent's selection, with where and how to call it."""
-
-    id: int
-    name: str  # the catalog name the model calls: <source>__<tool>
-    description: str
-    input_schema: dict[str, Any]
-    access: str  # "read" | "write"
-    remote_name: str
-    source: str
-    url: str
-    auth_env: str | None
-    auto_approved: bool
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> McpTool:
-        schema = value.get("input_schema")
-        return cls(
-            id=int(value["id"]),
-            name=str(value["name"]),
-            description=str(value.get("description") or ""),
-            input_schema=schema if isinstance(schema, dict) else {"type": "object"},
-            access=str(value.get("access") or "write"),
-            remote_name=str(value["remote_name"]),
-            source=str(value["source"]),
-            url=str(value["url"]),
-            auth_env=value.get("auth_env"),
-            auto_approved=bool(value.get("auto_approved")),
-        )
-
-    @property
-    def needs_approval(self) -> bool:
-        return self.access != "read" and not self.auto_approved
 
 
 def check_arguments(schema: dict[str, Any], arguments: object) -> dict[str, Any]:
