@@ -15,4 +15,5 @@ SCENARIOS = (
     "recovery",
     "stampede",
     "retention",
+    "mcp_call",
 )

@@ -159,7 +159,7 @@ def main() -> None:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     # As `agent-engine serve` (uvicorn.run): uvloop when installed; BENCH_API_LOOP=asyncio for the
-    # standard loop (the runs before issue 18 used it).
+    # standard loop (the earlier fanout runs used it).
     loop = os.environ.get("BENCH_API_LOOP", "auto")
     config = uvicorn.Config(
         wrapped, log_level="warning", access_log=False, lifespan="on", loop=loop

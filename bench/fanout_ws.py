@@ -9,7 +9,7 @@ thread of the runner commits state changes (queued -> running) with asyncpg at a
 records when each commit returned; latency = client receive time - commit time (same clock).
 Every subscriber must receive every change, in commit order.
 
-Rows (issue 18): opening 5,000 subscriptions; 1,000 dashboards of the changing owner at 20
+Rows: opening 5,000 subscriptions; 1,000 dashboards of the changing owner at 20
 changes/s (latency) and at 100 changes/s (deliveries/s); 100 admin dashboards with the changes
 spread over 1,000 owners (20/s); the 100/s run again with the same subscribers split over two
 api processes; full mode adds 5,000 subscribers at 100/s. Issue 23 adds runSteps: 1,000
@@ -713,7 +713,7 @@ async def run(bench: Bench) -> ScenarioResult:
     await start_run(url, steps_run)
     admin_runs = await seed_owners(url, first_id=steps_run + 1, owners=ADMIN_OWNERS)
     # The dashboards all use one owner's token (the worst case for a group): lift the per-user
-    # socket cap (issue 22; default 20 per user and api process).
+    # socket cap (default 20 per user and api process).
     settings = bench.settings(url, bench.redis_url(), max_sockets_per_user=100_000)
     owner_token = mint_token(JWT_SECRET, user_id=OWNER_ID)
     admin_token = mint_token(JWT_SECRET, user_id=ADMIN_ID, admin=True)

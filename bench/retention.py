@@ -1,4 +1,4 @@
-"""Retention: pruning a large backlog of old runs while the run pipeline runs (issue 19).
+"""Retention: pruning a large backlog of old runs while the run pipeline runs.
 
 One `agent-engine worker --processes 1 --threads 8` does both, as in a deployment: the run
 pipeline of `run_pipeline.py` (manual runs against an instant FakeOpenAIServer in its own process)

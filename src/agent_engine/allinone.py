@@ -28,6 +28,7 @@ from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
 from agent_engine.embedded import EmbeddedServers
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings, to_libpq_url
+from agent_engine.testing.mcp_tickets import TicketServer
 
 READY_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 20.0
@@ -69,16 +70,19 @@ def run_all(
     print(f"agent-engine: starting servers (data in {data_dir}) …", flush=True)
     servers.start()
     children: list[subprocess.Popen[bytes]] = []
+    # The demo MCP source: a small ticket server (one READ, one WRITE tool) in this process.
+    tickets = TicketServer() if seed else None
     try:
         database_url = to_libpq_url(servers.database_url)
         upgrade(database_url)
         secret = _jwt_secret(settings, data_dir)
-        if seed:
+        if tickets is not None:
+            tickets.start()
 
             async def _seed() -> None:
                 engine = create_engine_for_url(database_url, pool_size=2)
                 try:
-                    await seed_demo(engine, now=datetime.now(UTC))
+                    await seed_demo(engine, now=datetime.now(UTC), tickets_url=tickets.url)
                 finally:
                     await engine.dispose()
 
@@ -134,6 +138,8 @@ def run_all(
         _supervise(children)
     finally:
         _stop(children)
+        if tickets is not None:
+            tickets.stop()
         servers.stop()
         print("agent-engine: stopped; data kept in", data_dir, flush=True)
 

@@ -86,6 +86,14 @@ class Settings(BaseSettings):
     run_timeout_seconds: float = Field(default=600.0, gt=0, description="Wall clock per run.")
     model_timeout_seconds: float = Field(default=120.0, gt=0, description="Per model call.")
     tool_timeout_seconds: float = Field(default=30.0, gt=0, description="Per tool call.")
+    approval_timeout_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="A WRITE tool call waits this long for its owner's decision, then expires.",
+    )
+    tool_source_sync_seconds: float = Field(
+        default=300.0, gt=0, description="The clock re-syncs enabled MCP tool sources this often."
+    )
     schedule_tick_seconds: float = Field(default=5.0, gt=0)
     reap_tick_seconds: float = Field(default=30.0, gt=0)
     schedule_batch_size: int = Field(default=500, ge=1)
@@ -125,6 +133,11 @@ class Settings(BaseSettings):
 
     db_pool_size: int = Field(default=10, ge=1)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    max_document_bytes: int = Field(
+        default=100_000,
+        ge=1024,
+        description="A GraphQL document longer than this is refused before it is parsed.",
+    )
     max_query_depth: int = Field(default=12, ge=2)
     max_aliases: int = Field(default=30, ge=1)
     max_query_tokens: int = Field(default=2000, ge=10)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from websockets.exceptions import ConnectionClosed
 
@@ -235,3 +236,82 @@ async def test_legacy_graphql_ws_and_a_subscription_flood_are_refused(
     # The closed socket's subscriptions are gone from the process.
     gauge = [line for line in metrics.splitlines() if line.startswith("agent_engine_active_sub")]
     assert gauge and gauge[0].endswith(" 0.0"), gauge
+
+
+ATTACK_REQUESTS = 150
+ATTACK_PADDING_CHARS = 900_000
+RSS_GROWTH_ALLOWED_BYTES = 100 * 1024 * 1024
+
+
+async def test_anonymous_documents_cannot_make_the_api_hold_memory(
+    stack: Stack,  # noqa: F811
+) -> None:
+    """The review's attack: 150 anonymous requests, each a unique document of ~1 MB (a tiny query
+    and a comment). Each is refused before parsing with a 413 naming the limit, and the api's
+    resident memory stays within RSS_GROWTH_ALLOWED_BYTES of where it started."""
+    api = await stack.api()
+    server = psutil.Process(api.pid)
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        # Warm up the paths a normal anonymous request takes before measuring.
+        for _ in range(3):
+            await http.post(f"{api.url}/graphql", json={"query": "{ __typename }"})
+        started = server.memory_info().rss
+        refused: list[str] = []
+        for number in range(ATTACK_REQUESTS):
+            document = "{__typename} #" + f"{number}😀" + "x" * ATTACK_PADDING_CHARS
+            response = await http.post(f"{api.url}/graphql", json={"query": document})
+            body = response.json()
+            message = body["errors"][0]["message"] if body.get("errors") else ""
+            if response.status_code != 413 or "document is larger than" not in message:
+                refused.append(f"{response.status_code}: {response.text[:200]}")
+        grown = server.memory_info().rss - started
+        assert refused == [], refused[:3]
+        assert grown < RSS_GROWTH_ALLOWED_BYTES, f"the api grew by {grown / 2**20:.0f} MiB"
+        assert (await http.post(f"{api.url}/graphql", json={"query": "{ __typename }"})).json() == {
+            "data": {"__typename": "Query"}
+        }
+    assert api.alive()
+
+
+async def test_websocket_messages_are_held_to_the_request_limits(
+    factories: Factories,
+    stack: Stack,  # noqa: F811
+) -> None:
+    """A socket's document over the document limit is refused like a request's; a message over
+    the body limit closes the socket (1009, uvicorn's ws_max_size); unreadable JSON closes it
+    4400. The api stays healthy."""
+    await factories.user(id=OWNER)
+    api = await stack.api()
+    url = api.url or ""
+    bearer = token(stack.settings, OWNER)
+    limit = stack.settings.max_document_bytes
+    async with websocket(url) as ws:
+        assert (await ws.init(bearer))["type"] == "connection_ack"
+        await ws.subscribe("big", BUDGET + " #" + "x" * limit)
+        refused = await ws.receive()
+        assert refused["type"] == "error", refused
+        assert refused["payload"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE", refused
+        assert str(limit) in refused["payload"][0]["message"]
+        # The socket still serves documents within the limit.
+        await ws.subscribe("small", "{ viewer { isAdmin } }")
+        answer = await ws.receive()
+        assert answer == {
+            "id": "small",
+            "type": "next",
+            "payload": {"data": {"viewer": {"isAdmin": False}}},
+        }
+    async with websocket(url) as ws:
+        assert (await ws.init(bearer))["type"] == "connection_ack"
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.subscribe("huge", "{ __typename } #" + "x" * stack.settings.max_body_bytes)
+            await ws.receive()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    async with websocket(url) as ws:
+        assert (await ws.init(bearer))["type"] == "connection_ack"
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.connection.send("[" * 100_000 + "]" * 100_000)
+            await ws.receive()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"{url}/healthz")).status_code == 200
+    assert api.alive()

@@ -1,4 +1,4 @@
-"""Hardening (issue 14), through real `agent-engine serve` and `worker` processes: the budget
+"""Hardening, through real `agent-engine serve` and `worker` processes: the budget
 cannot be refunded by deleting an agent, admins oversee without acting as the owner, model
 endpoints and run outputs stay with who may see them, hostile documents are refused by their
 cost, a zone change moves calendar slots, owners can be reactivated, and the smaller holes.

@@ -36,6 +36,9 @@ class AuditAction(StrEnum):
     RUN_CANCELLED = "run.cancelled"
     DELIVERY_TARGET_UPSERTED = "delivery_target.upserted"
     DELIVERY_TARGET_REMOVED = "delivery_target.removed"
+    TOOL_SOURCE_UPSERTED = "tool_source.upserted"
+    TOOL_SOURCE_SYNCED = "tool_source.synced"
+    TOOL_SOURCE_REMOVED = "tool_source.removed"
 
 
 async def record(

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.agents.errors import Missing
+from agent_engine.agents.errors import Missing, UnderReview
 from agent_engine.db import agents as agents_db
 
 # A run that finished longer ago than this lies before the current budget week in every zone: a
@@ -31,16 +31,32 @@ PURGE_BATCH_SIZE = 500
 DELETED_ERROR = "the agent was deleted before the run started"
 
 
-async def delete_agent(conn: AsyncConnection, agent_id: int, *, now: datetime) -> bool:
+async def delete_agent(
+    conn: AsyncConnection,
+    agent_id: int,
+    *,
+    now: datetime,
+    by_admin: bool = True,
+    database_clock: bool = False,
+) -> bool:
     """Delete or hide the agent; True when the row was deleted, False when it is hidden.
 
+    An agent an admin paused is under review: only an admin may delete it (`by_admin`), or its
+    owner could escape the pause by deleting and creating it again. `database_clock`: the hidden
+    row's and the failed run's times are the database's `now()` rather than `now` (which still
+    decides which runs count).
+
     The row lock orders this after (or before) a concurrent manual start, which holds a key-share
-    lock on the agent from its gate check to its journal insert.
+    lock on the agent from its gate check to its journal insert, and after a concurrent pause.
     """
-    if not await agents_db.lock_live_agent(conn, agent_id):
+    locked = await agents_db.lock_live_agent(conn, agent_id)
+    if locked is None:
         raise Missing("agent", agent_id)
-    await agents_db.hide_agent(conn, agent_id, now=now)
-    await agents_db.fail_queued_run(conn, agent_id, error=DELETED_ERROR, now=now)
+    if locked.admin_paused and not by_admin:
+        raise UnderReview(agent_id, locked.admin_pause_note)
+    written_at = None if database_clock else now
+    await agents_db.hide_agent(conn, agent_id, now=written_at)
+    await agents_db.fail_queued_run(conn, agent_id, error=DELETED_ERROR, now=written_at)
     return await agents_db.delete_if_uncounted(conn, agent_id, horizon=now - COUNTED_SPEND_HORIZON)
 
 

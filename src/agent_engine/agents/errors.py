@@ -25,6 +25,19 @@ class ToolsNotAllowed(DefinitionError):
         self.tool_ids = tool_ids
 
 
+class UnderReview(DefinitionError):
+    """An admin paused the agent: its owner may not delete it while the pause holds."""
+
+    def __init__(self, agent_id: int, note: str | None) -> None:
+        message = (
+            f"agent {agent_id} is paused by an admin (under review) and cannot be deleted by"
+            " its owner until an admin unpauses it"
+        )
+        super().__init__(message + (f"; the admin's note: {note}" if note else ""))
+        self.agent_id = agent_id
+        self.note = note
+
+
 class ModelMissing(DefinitionError):
     def __init__(self, model_id: int) -> None:
         super().__init__(f"model {model_id} is not on the allowed list")

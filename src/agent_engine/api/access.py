@@ -7,19 +7,19 @@ access).
 
 from __future__ import annotations
 
-from agent_engine.api.auth import Viewer
+from agent_engine.api.auth import Caller
 from agent_engine.api.errors import NotFound
 from agent_engine.api.resolvers import Info
 from agent_engine.db.agents import AgentRow
 from agent_engine.db.runs import RunRow
 
 
-def may_see(viewer: Viewer, owner_id: int) -> bool:
+def may_see(viewer: Caller, owner_id: int) -> bool:
     """Whether the viewer may see what `owner_id` owns: its owner, or an admin."""
     return viewer.is_admin or owner_id == viewer.user_id
 
 
-def is_owner(viewer: Viewer, owner_id: int) -> bool:
+def is_owner(viewer: Caller, owner_id: int) -> bool:
     """Whether the viewer acts as the owner (an admin on someone else's agent does not)."""
     return owner_id == viewer.user_id
 

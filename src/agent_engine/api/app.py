@@ -1,9 +1,10 @@
 """The Starlette application: GraphQL (HTTP + graphql-transport-ws), GraphiQL, the dashboard page,
 health and readiness (`api/health.py`) and metrics.
 
-The lifespan owns the process's resources and yields them as typed state (no globals): the engine,
-the settings, the broker used to send execute messages after a manual start, and the run-event hub
-(one LISTEN connection per api process) that feeds the subscriptions.
+The lifespan owns the process's resources and yields them as typed state (`api/state.py`; the api
+keeps no module-level state): the engine, the settings, the broker used to send execute messages
+after a manual start, the token verifier, the sessions, and the live-update path (`api/live/`, one
+LISTEN connection per api process) that feeds the subscriptions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import dramatiq
-from cross_web import HTTPException
+from cross_web import AsyncHTTPRequestAdapter, HTTPException
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -38,8 +39,8 @@ from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
 from agent_engine.api.auth import (
+    Caller,
     TokenVerifier,
-    Viewer,
     bearer_token,
     needs_provisioning,
     provision_user,
@@ -49,14 +50,20 @@ from agent_engine.api.auth import (
 from agent_engine.api.collector import tune_gc
 from agent_engine.api.context import Context, Enqueue
 from agent_engine.api.encoding import dumps
-from agent_engine.api.errors import ApiError, Unauthenticated
+from agent_engine.api.errors import PAYLOAD_TOO_LARGE, ApiError, Unauthenticated
 from agent_engine.api.graphql_http import (
     APPLICATION_JSON,
     is_request_error,
     prefers_graphql_response_json,
 )
 from agent_engine.api.graphql_http import CONTENT_TYPE as GRAPHQL_RESPONSE_CONTENT_TYPE
-from agent_engine.api.guards import BodySizeLimit, document_guards
+from agent_engine.api.guards import (
+    BodySizeLimit,
+    UnreadableJson,
+    decode_json_body,
+    document_guards,
+    document_too_large,
+)
 from agent_engine.api.health import healthz, readyz
 from agent_engine.api.http_operations import ReleaseLoaders, SubscriptionsOverSocketsOnly
 from agent_engine.api.live import LiveUpdates
@@ -101,7 +108,7 @@ async def _authenticate(
     *,
     now: datetime,
     loaders: Loaders | None = None,
-) -> tuple[Viewer | None, ApiError | None]:
+) -> tuple[Caller | None, ApiError | None]:
     """The viewer of a bearer token; over HTTP on the request's loaders' connection."""
     try:
         token = bearer_token(authorization)
@@ -140,6 +147,7 @@ class GraphQLView(GraphQL[Context, None]):
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
         )
         self.clock = clock
+        self.max_document_bytes = settings.max_document_bytes
 
     def encode_json(self, data: object) -> str:
         return dumps(data)
@@ -210,7 +218,7 @@ class GraphQLView(GraphQL[Context, None]):
         context.viewer = viewer
         return cast(UnsetType, UNSET)
 
-    async def reauthenticate(self, context: Context) -> Viewer:
+    async def reauthenticate(self, context: Context) -> Caller:
         """The session's token checked again, as for a request (every WebSocket operation)."""
         viewer, error = await _authenticate(
             state_of(context.request),
@@ -226,12 +234,30 @@ class GraphQLView(GraphQL[Context, None]):
 
     def decode_json(self, data: str | bytes) -> object:
         """A JSON array is a batch of operations, which this API does not take."""
-        decoded = super().decode_json(data)
+        decoded = decode_json_body(data)
         if isinstance(decoded, list):
             raise HTTPException(
                 400, "batched requests are not supported: send one GraphQL operation per request"
             )
         return decoded
+
+    def parse_json(self, data: str | bytes) -> Any:
+        try:
+            return self.decode_json(data)
+        except UnreadableJson as exc:
+            raise HTTPException(400, exc.reason) from exc
+        except json.JSONDecodeError as exc:
+            raise HTTPException(400, "Unable to parse request body as JSON") from exc
+
+    async def parse_http_body(self, request: AsyncHTTPRequestAdapter) -> Any:
+        """A document over the size limit is refused (413) before anything parses it."""
+        data = await super().parse_http_body(request)
+        query = getattr(data, "query", None)
+        if isinstance(query, str) and (
+            problem := document_too_large(query, self.max_document_bytes)
+        ):
+            raise HTTPException(413, problem)
+        return data
 
     def parse_query_params(self, params: QueryParams) -> dict[str, Any]:
         """A GET's `variables` and `extensions` are JSON too, but an array there is no batch:
@@ -240,7 +266,9 @@ class GraphQLView(GraphQL[Context, None]):
         for key in ("variables", "extensions"):
             if value := parsed.get(key):
                 try:
-                    parsed[key] = json.loads(value)
+                    parsed[key] = decode_json_body(value)
+                except UnreadableJson as exc:
+                    raise HTTPException(400, f"`{key}`: {exc.reason}") from exc
                 except json.JSONDecodeError as exc:
                     raise HTTPException(400, f"`{key}` is not valid JSON") from exc
         return parsed
@@ -268,7 +296,7 @@ def _as_graphql_response_json(request: Request, response: Response) -> None:
 
 
 def _transport_error(message: str, status_code: int) -> Response:
-    code = "BAD_REQUEST" if status_code == 400 else "HTTP_" + str(status_code)
+    code = {400: "BAD_REQUEST", 413: PAYLOAD_TOO_LARGE}.get(status_code, f"HTTP_{status_code}")
     return JSONResponse(
         {"errors": [{"message": message, "extensions": {"code": code}}]}, status_code=status_code
     )
@@ -354,6 +382,7 @@ def create_app(
             app.state.live = app.state.hub = live
             app.state.broadcaster = live.broadcaster
             app.state.alert_feed = _FeedCount(live, "budgetAlerts")
+            app.state.approval_feed = _FeedCount(live, "toolApprovals")
             sessions = SessionRegistry(
                 active,
                 interval_seconds=settings.session_check_seconds,

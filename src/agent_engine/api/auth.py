@@ -63,7 +63,7 @@ class Claims:
 
 
 @dataclass(frozen=True)
-class Viewer:
+class Caller:
     """The authenticated caller."""
 
     user_id: int
@@ -333,11 +333,11 @@ async def provision_user(engine: AsyncEngine, claims: Claims, *, now: datetime) 
         return await _write_user(writer, claims, now=now)
 
 
-def viewer_of(row: UserRow, claims: Claims) -> Viewer:
+def viewer_of(row: UserRow, claims: Claims) -> Caller:
     """The viewer of a provisioned row; a deactivated account is refused."""
     if not row.is_active:
         raise Forbidden("this account is deactivated")
-    return Viewer(
+    return Caller(
         user_id=row.id,
         is_admin=claims.admin,
         email=row.email,

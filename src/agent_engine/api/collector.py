@@ -11,7 +11,7 @@ GC_YOUNG_THRESHOLD = 50_000
 def tune_gc() -> None:
     """An api process holds thousands of long-lived objects per thousand sockets, and a socket's
     handshake allocates a few thousand more: with Python's defaults the collector's older passes
-    walk that whole heap again and again (bench/README.md, issue 23: most of a subscription's
+    walk that whole heap again and again (bench/README.md, fanout_ws: most of a subscription's
     opening cost at 5,000 sockets). What exists once the app is built (modules, the schema)
     never dies: it is frozen out of the collector's walks, and the young generation is collected
     less often. Reference counting still frees almost everything at once; the collector is only

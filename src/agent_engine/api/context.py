@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.api.auth import Viewer
+from agent_engine.api.auth import Caller
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.loaders import Loaders
 from agent_engine.settings import Settings
@@ -30,7 +30,7 @@ class Context:
     settings: Settings
     enqueue: Enqueue
     now: datetime
-    viewer: Viewer | None = None
+    viewer: Caller | None = None
     # Why `viewer` is None although credentials were sent (bad token, deactivated user).
     auth_error: ApiError | None = None
     request: Any = None
@@ -54,7 +54,7 @@ class Context:
         if self._loaders is not None:
             await self._loaders.release()
 
-    def for_operation(self, viewer: Viewer) -> Context:
+    def for_operation(self, viewer: Caller) -> Context:
         """A fresh context for the next operation of a WebSocket (this one is the socket's): its
         own `now`, no loaders yet, the viewer just checked."""
         return dataclasses.replace(self, now=self.clock(), viewer=viewer, auth_error=None)
@@ -65,12 +65,12 @@ class Context:
         self.now = self.clock()
         self._loaders = None
 
-    def require_viewer(self) -> Viewer:
+    def require_viewer(self) -> Caller:
         if self.viewer is None:
             raise self.auth_error or Unauthenticated()
         return self.viewer
 
-    def require_admin(self) -> Viewer:
+    def require_admin(self) -> Caller:
         viewer = self.require_viewer()
         if not viewer.is_admin:
             raise Forbidden("this field is for admins (role agent_admin) only")

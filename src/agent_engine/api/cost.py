@@ -181,7 +181,7 @@ class _Estimate:
             if given.name.value != PAGE_ARGUMENT:
                 continue
             if isinstance(given.value, IntValueNode):
-                value = int(given.value.value)
+                value = _int_literal(given.value)
             elif isinstance(given.value, VariableNode):
                 value = self.variable(given.value.name.value)
         if value is Undefined or value is None:
@@ -189,7 +189,7 @@ class _Estimate:
             # A schema built from SDL keeps the default as a literal only.
             literal = argument.ast_node.default_value if argument.ast_node else None
             if value is Undefined and isinstance(literal, IntValueNode):
-                value = int(literal.value)
+                value = _int_literal(literal)
         if not isinstance(value, int) or isinstance(value, bool):
             return self.model.max_page_size
         return max(0, min(value, self.model.max_page_size))
@@ -201,8 +201,17 @@ class _Estimate:
             if definition.variable.name.value == name and isinstance(
                 definition.default_value, IntValueNode
             ):
-                return int(definition.default_value.value)
+                return _int_literal(definition.default_value)
         return Undefined
+
+
+INT_LITERAL_MAX_CHARS = 20
+
+
+def _int_literal(node: IntValueNode) -> int | None:
+    """An integer literal's value; None past 64 bits (validation refuses it, and Python would
+    not convert a literal of thousands of digits)."""
+    return int(node.value) if len(node.value) <= INT_LITERAL_MAX_CHARS else None
 
 
 def _field_definition(parent: GraphQLNamedType, name: str) -> GraphQLField | None:

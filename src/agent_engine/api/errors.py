@@ -27,6 +27,8 @@ NOT_FOUND = "NOT_FOUND"
 BAD_USER_INPUT = "BAD_USER_INPUT"
 AGENT_NOT_STARTABLE = "AGENT_NOT_STARTABLE"
 CONFLICT = "CONFLICT"
+# A request body or document over its size limit (HTTP 413).
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 INTERNAL = "INTERNAL"
 # Errors of the document itself (syntax, unknown fields, guards); nothing was executed.
 GRAPHQL_PARSE_FAILED = "GRAPHQL_PARSE_FAILED"
@@ -83,9 +85,18 @@ class Conflict(ApiError):
     code = CONFLICT
 
 
+# graphql-core's words for a literal or variable its scalar refused (the scalar's exception, e.g.
+# Python's refusal of an integer of 5,000 digits, is kept as the original error).
+_COERCION = ("Expected value of type ", "Variable '$")
+
+
 def _is_client_error(error: GraphQLError) -> bool:
     # graphql-core's own errors (syntax, validation, variable coercion) wrap GraphQLErrors.
-    return error.original_error is None or isinstance(error.original_error, ApiError | GraphQLError)
+    return (
+        error.original_error is None
+        or isinstance(error.original_error, ApiError | GraphQLError)
+        or (error.path is None and error.message.startswith(_COERCION))
+    )
 
 
 # The contract's only @oneOf input, and where it sits in the mutation inputs.
@@ -142,6 +153,26 @@ def client_error(error: GraphQLError) -> GraphQLError:
     )
 
 
+# graphql-core's hints ("Did you mean 'agent'?") map the schema field by field: signed-in
+# callers keep them (GraphiQL), anonymous ones do not (validation hides them; this catches those
+# of variable coercion, which graphql-core adds at execution).
+_SUGGESTION = re.compile(r" Did you mean .*\?$", re.DOTALL)
+
+
+def without_suggestions(error: GraphQLError) -> GraphQLError:
+    if (hint := _SUGGESTION.search(error.message)) is None:
+        return error
+    return GraphQLError(
+        error.message[: hint.start()],
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        original_error=error.original_error,
+        extensions=error.extensions,
+    )
+
+
 class ErrorPolicy(SchemaExtension):
     """Gives every error a code; masks unexpected ones and logs them with a correlation id."""
 
@@ -152,7 +183,10 @@ class ErrorPolicy(SchemaExtension):
         GRAPHQL_REQUESTS.labels(outcome="error" if errors else "ok").inc()
         if result is None or not errors:
             return
-        result.errors = [client_error(error) for error in errors]
+        anonymous = getattr(self.execution_context.context, "viewer", None) is None
+        result.errors = [
+            client_error(without_suggestions(error) if anonymous else error) for error in errors
+        ]
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         # Over WebSocket each subscription event (and each query) is a result of its own; the

@@ -88,6 +88,20 @@ class DeliveryTargetInput:
 
 
 @strawberry.input
+class ToolSourceInput:
+    name: str
+    url: str = strawberry.field(
+        description=(
+            "http(s) URL of the server's Streamable HTTP endpoint; http only for loopback; no "
+            "credentials in the URL."
+        )
+    )
+    id: strawberry.ID | None = strawberry.field(default=None, description="Omit to create.")
+    auth_env: str | None = None
+    enabled: bool = True
+
+
+@strawberry.input
 class PlatformSettingsInput:
     weekly_token_cap: int | None = strawberry.field(
         default=strawberry.UNSET, description="Absent: unchanged. Explicit null: no cap."

@@ -24,17 +24,21 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
 from agent_engine.db import agents as agents_db
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import catalog, deliveries, run_steps
 from agent_engine.db import runs as runs_db
+from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db import users as users_db
 from agent_engine.db.agents import AgentRow
-from agent_engine.db.alerts import BudgetAlert, alerts_of_owners
+from agent_engine.db.alerts import BudgetAlertRow, alerts_of_owners
+from agent_engine.db.approvals import ApprovalRow
 from agent_engine.db.catalog import AgentModelRow, ToolRow
 from agent_engine.db.deliveries import DeliveryTargetRow, RunDeliveryRow
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.db.spend import recent_tokens, spent_costs
+from agent_engine.db.tool_sources import ToolSourceRow
 from agent_engine.db.users import UserRow
 from agent_engine.domain.budget import Budget, week_window
 from agent_engine.domain.forecast import expected_tokens_per_run
@@ -91,6 +95,26 @@ class Loaders:
             runs_db.active_runs, lambda row: row.agent_id
         )
         self.tools_of_agent: DataLoader[int, list[ToolRow]] = self._grouped(catalog.tools_of_agents)
+        self.tool: DataLoader[int, ToolRow | None] = self._by_key(
+            catalog.tools_by_id, lambda row: row.id
+        )
+        self.auto_approved_of_agent: DataLoader[int, list[ToolRow]] = self._grouped(
+            catalog.auto_approved_of_agents
+        )
+        # Approvals: the one a run is parked on, and every one of a run (its steps').
+        self.pending_approval: DataLoader[int, ApprovalRow | None] = self._by_key(
+            approvals_db.pending_of_runs, lambda row: row.run_id
+        )
+        self.approvals_of_run: DataLoader[int, list[ApprovalRow]] = self._grouped(
+            _keyed(approvals_db.approvals_of_runs, lambda row: row.run_id)
+        )
+        # MCP sources of tools, and the tools of sources.
+        self.tool_source: DataLoader[int, ToolSourceRow | None] = self._by_key(
+            tool_sources_db.sources_by_id, lambda row: row.id
+        )
+        self.tools_of_source: DataLoader[int, list[ToolRow]] = self._grouped(
+            _keyed(catalog.tools_of_sources, lambda row: row.source_id or 0)
+        )
         self.budget: DataLoader[int, Budget] = DataLoader(load_fn=self._load_budgets)
         # The transcript and deliveries of a page of runs, one statement each.
         self.steps_of_run: DataLoader[int, list[StepRow]] = self._grouped(
@@ -115,7 +139,7 @@ class Loaders:
         self.expected_tokens: DataLoader[int, int | None] = DataLoader(
             load_fn=self._load_expected_tokens
         )
-        self.alerts_this_week: DataLoader[int, list[BudgetAlert]] = DataLoader(
+        self.alerts_this_week: DataLoader[int, list[BudgetAlertRow]] = DataLoader(
             load_fn=self._load_alerts_this_week
         )
 
@@ -255,7 +279,7 @@ class Loaders:
             recent = await recent_tokens(conn, list(agent_ids))
         return [expected_tokens_per_run(recent.get(i, [])) for i in agent_ids]
 
-    async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlert]]:
+    async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlertRow]]:
         platform = await self.platform()
         window = week_window(self._now, platform.zone)
         async with self.connection() as conn:

@@ -10,25 +10,34 @@ import strawberry
 from agent_engine.api.access import visible_agent, visible_run
 from agent_engine.api.context import Context
 from agent_engine.api.enums import AgentStatus
-from agent_engine.api.errors import BadUserInput
-from agent_engine.api.guards import page_size
+from agent_engine.api.guards import checked_instant, page_size
 from agent_engine.api.ids import decode_cursor, parse_id
 from agent_engine.api.resolvers import Info, described
-from agent_engine.api.types.agents import Agent, AgentConnection, Run, RunConnection
+from agent_engine.api.types.agents import (
+    Agent,
+    AgentConnection,
+    Run,
+    RunConnection,
+    ToolApproval,
+    ToolApprovalConnection,
+)
 from agent_engine.api.types.audit import AuditEntry, AuditEntryConnection
 from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
-from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool
+from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool, ToolSource
 from agent_engine.api.types.delivery import DeliveryTarget
 from agent_engine.api.types.viewer import Viewer
 from agent_engine.db import agents as agents_db
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import audit as audit_db
 from agent_engine.db import catalog, deliveries
 from agent_engine.db import runs as runs_db
+from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db.alerts import newest_alerts
 from agent_engine.db.runs import RunRow
 from agent_engine.db.spend import spend_by_owner
 from agent_engine.domain import gate
 from agent_engine.domain.budget import week_window
+from agent_engine.domain.mcp import ApprovalStatus
 from agent_engine.domain.runs import RunState
 
 
@@ -126,6 +135,40 @@ class Query:
 
     @described(
         description=(
+            "The viewer's approvals, newest first (admins: every owner's, without inputs)."
+        )
+    )
+    async def tool_approvals(
+        self,
+        info: Info,
+        first: int = 50,
+        after: str | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> ToolApprovalConnection:
+        viewer = info.context.require_viewer()
+        size = page_size(first)
+        cursor = decode_cursor("approval", after)
+        async with info.context.engine.connect() as conn:
+            rows = await approvals_db.page(
+                conn,
+                owner_id=None if viewer.is_admin else viewer.user_id,
+                status=None if status is None else str(status),
+                before_id=cursor,
+                limit=size + 1,
+            )
+        return ToolApprovalConnection.from_rows(
+            rows, size, kind="approval", node=ToolApproval.from_row
+        )
+
+    @described(description="The MCP sources (admin only).")
+    async def tool_sources(self, info: Info) -> list[ToolSource]:
+        info.context.require_admin()
+        async with info.context.engine.connect() as conn:
+            rows = await tool_sources_db.all_sources(conn)
+        return [ToolSource.from_row(r) for r in rows]
+
+    @described(
+        description=(
             "Delivery targets: admins see all, with url and secretEnv; owners see the enabled "
             "ones (url and secretEnv null)."
         )
@@ -174,8 +217,8 @@ class Query:
         self, info: Info, window_start: datetime | None = None
     ) -> list[OwnerSpend]:
         info.context.require_admin()
-        if window_start is not None and window_start.tzinfo is None:
-            raise BadUserInput("windowStart", "must carry a UTC offset, e.g. 2025-03-09T00:00:00Z")
+        if window_start is not None:
+            window_start = checked_instant("windowStart", window_start)
         platform = await info.context.loaders.platform()
         window = week_window(window_start or info.context.now, platform.zone)
         async with info.context.engine.connect() as conn:

@@ -24,6 +24,8 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
             log_level=settings.log_level.lower(),
             log_config=None,  # keep our structlog handlers
             proxy_headers=True,
+            # A WebSocket message is limited like a request body.
+            ws_max_size=settings.max_body_bytes,
         )
         return
     # Imported only here: the supervisor of several workers never builds an app (start-up cost).
@@ -38,4 +40,5 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         log_level=settings.log_level.lower(),
         log_config=None,  # keep our structlog handlers
         proxy_headers=True,
+        ws_max_size=settings.max_body_bytes,
     )

@@ -45,7 +45,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     SubscribeMessage,
 )
 
-from agent_engine.api.auth import Viewer
+from agent_engine.api.auth import Caller
 from agent_engine.api.context import Context
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.live.socket import OPERATION_CONTEXT, GroupedTransportWSHandler
@@ -297,7 +297,7 @@ def check_room(context: Context, user_id: int) -> None:
 
 
 class _SessionView(Protocol):
-    async def reauthenticate(self, context: Context) -> Viewer: ...
+    async def reauthenticate(self, context: Context) -> Caller: ...
 
 
 __all__ = [

@@ -3,7 +3,8 @@
 Each event is resolved from the row the bus loaded for *its* transition (never a fresh load), so
 a subscriber sees every state once, in order, each with its previous state. `runEvents`,
 `budget` and `budgetAlerts` are live: a client that reconnects re-queries the journal for what it
-missed (DESIGN §7). `runSteps` replays the steps so far, then follows the run to its end.
+missed (docs/architecture.md §7). `runSteps` replays the steps so far, then follows the run to its
+end.
 
 The resolvers check the viewer and the arguments when the operation starts (UNAUTHENTICATED,
 NOT_FOUND for someone else's agent or run: the client gets a protocol `error` message, before
@@ -24,22 +25,23 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.live import (
     SKIP,
     SUBSCRIBER_TOO_SLOW,
+    ApprovalChange,
     Feed,
     LiveBus,
     LiveUpdates,
+    RunChange,
     StepEvent,
     SubscriberTooSlow,
     Topic,
     shared_stream,
 )
-from agent_engine.api.live import RunEvent as BusRunEvent
 from agent_engine.api.live import Subscription as BusSubscription
 from agent_engine.api.resolvers import Info
 from agent_engine.api.state import state_of
-from agent_engine.api.types.agents import Run, RunEvent
+from agent_engine.api.types.agents import Run, RunEvent, RunStep, ToolApproval
 from agent_engine.api.types.budget import Budget, BudgetAlert
-from agent_engine.api.types.transcript import RunStep
-from agent_engine.db.alerts import BudgetAlert as AlertRow
+from agent_engine.db import approvals as approvals_db
+from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.domain.runs import TERMINAL_STATES, RunState
@@ -62,7 +64,7 @@ def _live(info: Info) -> LiveUpdates:
 def run_events_feed(bus: LiveBus, owner_id: int | None, agent_id: int | None) -> Feed:
     """`owner_id`'s run events (None: every owner's), or one agent's."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[BusRunEvent]:
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[RunChange]:
         return bus.subscribe(
             Topic.RUNS,
             owner_id=owner_id,
@@ -74,7 +76,7 @@ def run_events_feed(bus: LiveBus, owner_id: int | None, agent_id: int | None) ->
     return Feed(("runEvents", owner_id, agent_id), open_source, _run_event)
 
 
-def _run_event(event: BusRunEvent, context: Context) -> RunEvent:
+def _run_event(event: RunChange, context: Context) -> RunEvent:
     return RunEvent(
         run=Run.from_row(RunRow.from_row(event.run), owner_id=event.owner_id),
         previous_state=RunState(event.previous_state) if event.previous_state else None,
@@ -84,10 +86,10 @@ def _run_event(event: BusRunEvent, context: Context) -> RunEvent:
 def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
     """The owner's budget after each of their runs finishes."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[BusRunEvent]:
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[RunChange]:
         return bus.subscribe(Topic.RUNS, owner_id=owner_id, queue_size=queue_size, counted=counted)
 
-    async def budget(event: BusRunEvent, context: Context) -> Any:
+    async def budget(event: RunChange, context: Context) -> Any:
         if event.state not in TERMINAL_STATES:
             return SKIP
         async with context.engine.connect() as conn:
@@ -100,12 +102,12 @@ def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
 def budget_alerts_feed(bus: LiveBus, owner_id: int | None) -> Feed:
     """Budget alerts as recorded: `owner_id`'s (None: every owner's). No read per event."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[AlertRow]:
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[BudgetAlertRow]:
         return bus.subscribe(
             Topic.ALERTS, owner_id=owner_id, queue_size=queue_size, counted=counted
         )
 
-    def alert(event: AlertRow, context: Context) -> BudgetAlert:
+    def alert(event: BudgetAlertRow, context: Context) -> BudgetAlert:
         return BudgetAlert.from_value(event)
 
     return Feed(("budgetAlerts", owner_id), open_source, alert)
@@ -128,6 +130,24 @@ def run_steps_feed(bus: LiveBus, run_id: int, owner_id: int) -> Feed:
         return event.index, 1 if event.finished else 0
 
     return Feed(("runSteps", run_id), open_source, step, replay=replay, shown_as=shown_as)
+
+
+def tool_approvals_feed(bus: LiveBus, owner_id: int | None) -> Feed:
+    """Approvals as they are requested, decided, expire or are cancelled: `owner_id`'s (None:
+    every owner's). One read of the approval per event and group; inputs only in the owner's
+    group (the type's resolver)."""
+
+    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[ApprovalChange]:
+        return bus.subscribe(
+            Topic.APPROVALS, owner_id=owner_id, queue_size=queue_size, counted=counted
+        )
+
+    async def approval(event: ApprovalChange, context: Context) -> Any:
+        async with context.engine.connect() as conn:
+            row = await approvals_db.fetch(conn, event.id)
+        return SKIP if row is None else ToolApproval.from_row(row)
+
+    return Feed(("toolApprovals", owner_id), open_source, approval)
 
 
 @strawberry.type
@@ -171,6 +191,18 @@ class Subscription:
 
     @described_subscription(
         description=(
+            "The viewer's approvals as they are requested, decided or expire (admins: every "
+            "owner's, without inputs)."
+        )
+    )
+    async def tool_approvals(self, info: Info) -> AsyncIterator[ToolApproval]:
+        viewer = info.context.require_viewer()
+        live = _live(info)
+        owner = None if viewer.is_admin else viewer.user_id
+        return shared_stream(info, tool_approvals_feed(live.bus, owner), live.broadcaster)
+
+    @described_subscription(
+        description=(
             "One run's transcript: first the steps written so far, then each step when it starts "
             "and again when it finishes. Ends when the run finishes (at once for a finished run)."
         )
@@ -191,4 +223,5 @@ __all__ = [
     "budget_feed",
     "run_events_feed",
     "run_steps_feed",
+    "tool_approvals_feed",
 ]

@@ -236,11 +236,19 @@ _STILL_COUNTED = (
     " OR (r.tokens_used > 0 AND r.finished_at >= :horizon)))"
 )
 
-LOCK_LIVE_AGENT = text("SELECT id FROM agents WHERE id = :id AND deleted_at IS NULL FOR UPDATE")
-# Hidden before its runs change, so the NOTIFY trigger is already silent for them.
-HIDE_AGENT = text("UPDATE agents SET deleted_at = :now, enabled = false WHERE id = :id")
+LOCK_LIVE_AGENT = text(
+    "SELECT id, admin_paused, admin_pause_note FROM agents"
+    " WHERE id = :id AND deleted_at IS NULL FOR UPDATE"
+)
+# Hidden before its runs change, so the NOTIFY trigger is already silent for them. The times are
+# the database's (`now()`) unless the caller gives its own (tests on a fixed clock).
+HIDE_AGENT = text(
+    "UPDATE agents SET deleted_at = COALESCE(CAST(:now AS timestamptz), now()), enabled = false"
+    " WHERE id = :id"
+)
 FAIL_QUEUED_RUN = text(
-    "UPDATE agent_runs SET state = 'failed', reason = 'error', error = :error, finished_at = :now"
+    "UPDATE agent_runs SET state = 'failed', reason = 'error', error = :error,"
+    " finished_at = COALESCE(CAST(:now AS timestamptz), now())"
     " WHERE agent_id = :id AND state = 'queued'"
 )
 DELETE_IF_UNCOUNTED = text(
@@ -255,17 +263,29 @@ PURGE_HIDDEN = text(
 )
 
 
-async def lock_live_agent(conn: AsyncConnection, agent_id: int) -> bool:
-    """Lock the agent unless it is hidden or gone; False then."""
-    return (await conn.execute(LOCK_LIVE_AGENT, {"id": agent_id})).first() is not None
+@dataclass(frozen=True)
+class LockedAgent:
+    id: int
+    admin_paused: bool
+    admin_pause_note: str | None
 
 
-async def hide_agent(conn: AsyncConnection, agent_id: int, *, now: datetime) -> None:
+async def lock_live_agent(conn: AsyncConnection, agent_id: int) -> LockedAgent | None:
+    """Lock the agent unless it is hidden or gone; None then."""
+    row = (await conn.execute(LOCK_LIVE_AGENT, {"id": agent_id})).first()
+    if row is None:
+        return None
+    return LockedAgent(
+        id=int(row.id), admin_paused=bool(row.admin_paused), admin_pause_note=row.admin_pause_note
+    )
+
+
+async def hide_agent(conn: AsyncConnection, agent_id: int, *, now: datetime | None) -> None:
     await conn.execute(HIDE_AGENT, {"id": agent_id, "now": now})
 
 
 async def fail_queued_run(
-    conn: AsyncConnection, agent_id: int, *, error: str, now: datetime
+    conn: AsyncConnection, agent_id: int, *, error: str, now: datetime | None
 ) -> None:
     await conn.execute(FAIL_QUEUED_RUN, {"id": agent_id, "now": now, "error": error})
 

@@ -50,7 +50,7 @@ _NEWEST_FIRST_SQL = {
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetAlert:
+class BudgetAlertRow:
     id: int
     owner_id: int
     window_start: datetime
@@ -60,7 +60,7 @@ class BudgetAlert:
     crossed_at: datetime
 
     @classmethod
-    def from_row(cls, row: AnyRow) -> BudgetAlert:
+    def from_row(cls, row: AnyRow) -> BudgetAlertRow:
         m = columns(row)
         return cls(
             id=int(m["id"]),
@@ -82,7 +82,7 @@ async def record_alerts(
     used: int,
     cap: int,
     now: datetime,
-) -> list[BudgetAlert]:
+) -> list[BudgetAlertRow]:
     """Insert the thresholds not recorded yet; returns those this call recorded."""
     rows = await conn.execute(
         _RECORD_SQL,
@@ -95,28 +95,28 @@ async def record_alerts(
             "now": now,
         },
     )
-    return [BudgetAlert.from_row(row) for row in rows.mappings()]
+    return [BudgetAlertRow.from_row(row) for row in rows.mappings()]
 
 
 async def alerts_of_owners(
     conn: AsyncConnection, owner_ids: Collection[int], *, window_start: datetime
-) -> dict[int, list[BudgetAlert]]:
+) -> dict[int, list[BudgetAlertRow]]:
     """Each owner's alerts of the week starting at `window_start`, lowest threshold first."""
-    found: dict[int, list[BudgetAlert]] = {owner_id: [] for owner_id in owner_ids}
+    found: dict[int, list[BudgetAlertRow]] = {owner_id: [] for owner_id in owner_ids}
     if owner_ids:
         rows = await conn.execute(
             _OF_OWNERS_SQL, {"owner_ids": list(owner_ids), "window_start": window_start}
         )
         for row in rows.mappings():
-            alert = BudgetAlert.from_row(row)
+            alert = BudgetAlertRow.from_row(row)
             found[alert.owner_id].append(alert)
     return found
 
 
 async def newest_alerts(
     conn: AsyncConnection, *, limit: int, after: int | None = None, owner_id: int | None = None
-) -> list[BudgetAlert]:
+) -> list[BudgetAlertRow]:
     """Alerts newest first, before the alert id `after`, of one owner or all."""
     statement = _NEWEST_FIRST_SQL[after is not None, owner_id is not None]
     rows = await conn.execute(statement, {"limit": limit, "after": after, "owner_id": owner_id})
-    return [BudgetAlert.from_row(row) for row in rows.mappings()]
+    return [BudgetAlertRow.from_row(row) for row in rows.mappings()]

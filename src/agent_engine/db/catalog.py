@@ -62,16 +62,26 @@ class ToolRow:
     description: str
     agents_allowed: bool
     created_at: datetime
+    # MCP tools: their source, the server's name, the arguments' schema; READ or WRITE.
+    source_id: int | None = None
+    remote_name: str | None = None
+    input_schema: Any = None
+    access: str = "read"
 
     @classmethod
     def from_row(cls, row: AnyRow) -> ToolRow:
         values = columns(row)
+        source_id = values.get("source_id")
         return cls(
             id=int(values["id"]),
             name=values["name"],
             description=values["description"],
             agents_allowed=bool(values["agents_allowed"]),
             created_at=values["created_at"],
+            source_id=None if source_id is None else int(source_id),
+            remote_name=values.get("remote_name"),
+            input_schema=values.get("input_schema"),
+            access=values.get("access") or "read",
         )
 
 
@@ -109,6 +119,10 @@ UPDATE_MODEL = text(
     " RETURNING m.id, old.max_concurrent_runs AS previous, m.max_concurrent_runs"
 )
 DELETE_MODEL = text("DELETE FROM agent_models WHERE id = :id RETURNING *")
+# The model's agents, locked in id order before the delete's SET NULL reaches them: the cascade
+# would lock them in whatever order its scan finds them, and another multi-row write of agents
+# (locking in id order) could then hold one it waits for while waiting for one it holds.
+LOCK_MODEL_AGENTS = text("SELECT id FROM agents WHERE model_id = :id ORDER BY id FOR NO KEY UPDATE")
 FIRST_BUILTIN_MODEL = text(
     "SELECT id FROM agent_models WHERE provider = 'builtin' ORDER BY id LIMIT 1"
 )
@@ -198,7 +212,13 @@ async def set_model_prices(
 
 
 async def delete_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | None:
-    """Remove the model; its agents' `model_id` goes NULL (the foreign key's SET NULL)."""
+    """Remove the model; its agents' `model_id` goes NULL (the foreign key's SET NULL).
+
+    Lock order: the model row first (as a pick of the model does: KEY SHARE on the model, then
+    the agent), then its agents in id order, then the delete."""
+    if await lock_model(conn, model_id) is None:
+        return None
+    await conn.execute(LOCK_MODEL_AGENTS, {"id": model_id})
     row = (await conn.execute(DELETE_MODEL, {"id": model_id})).mappings().one_or_none()
     return None if row is None else AgentModelRow.from_row(row)
 
@@ -272,6 +292,35 @@ TOOLS_OF_AGENTS = text(
     "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
     " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
 )
+
+
+TOOLS_BY_ID = text("SELECT * FROM tools WHERE id = ANY(CAST(:ids AS bigint[]))")
+TOOLS_OF_SOURCES = text(
+    "SELECT * FROM tools WHERE source_id = ANY(CAST(:ids AS bigint[])) ORDER BY name"
+)
+
+
+async def tools_by_id(conn: AsyncConnection, tool_ids: Sequence[int]) -> list[ToolRow]:
+    rows = await conn.execute(TOOLS_BY_ID, {"ids": list(tool_ids)})
+    return [ToolRow.from_row(row) for row in rows.mappings()]
+
+
+AUTO_APPROVED_OF_AGENTS = text(
+    "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
+    " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) AND at.auto_approved ORDER BY t.name"
+)
+
+
+async def auto_approved_of_agents(
+    conn: AsyncConnection, agent_ids: Sequence[int]
+) -> list[tuple[int, ToolRow]]:
+    rows = await conn.execute(AUTO_APPROVED_OF_AGENTS, {"ids": list(agent_ids)})
+    return [(int(row["agent_id"]), ToolRow.from_row(row)) for row in rows.mappings()]
+
+
+async def tools_of_sources(conn: AsyncConnection, source_ids: Sequence[int]) -> list[ToolRow]:
+    rows = await conn.execute(TOOLS_OF_SOURCES, {"ids": list(source_ids)})
+    return [ToolRow.from_row(row) for row in rows.mappings()]
 
 
 async def models_by_id(conn: AsyncConnection, model_ids: Sequence[int]) -> list[AgentModelRow]:

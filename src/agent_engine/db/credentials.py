@@ -18,9 +18,10 @@ CREDENTIAL_NAMES_LOCK_KEY = int.from_bytes(b"AEcreden", "big") & 0x7FFF_FFFF_FFF
 
 LOCK_CREDENTIAL_NAMES = text("SELECT pg_advisory_xact_lock(:key)")
 SIGNING_ENVS = text("SELECT DISTINCT secret_env FROM delivery_targets")
-# Every variable sent to a remote as a credential (models' keys; tool sources add theirs here).
+# Every variable sent to a remote as a credential: models' keys and tool sources' bearers.
 CREDENTIAL_ENVS = text(
-    "SELECT DISTINCT api_key_env FROM agent_models WHERE api_key_env IS NOT NULL"
+    "SELECT api_key_env FROM agent_models WHERE api_key_env IS NOT NULL"
+    " UNION SELECT auth_env FROM tool_sources WHERE auth_env IS NOT NULL"
 )
 
 

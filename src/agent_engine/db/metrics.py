@@ -56,7 +56,7 @@ RUNS_SNAPSHOT = text(
     UNION ALL
     SELECT 'heartbeat_age', NULL, NULL,
            coalesce(EXTRACT(EPOCH FROM now() - min(coalesce(heartbeat_at, started_at))), 0)::float8
-        FROM agent_runs WHERE state = 'running'
+        FROM agent_runs WHERE state = 'running' AND parked_at IS NULL
     UNION ALL
     SELECT 'activity_count', name, NULL, count::float8 FROM engine_activity
     UNION ALL

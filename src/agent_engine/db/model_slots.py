@@ -15,7 +15,8 @@ LOCK_MODEL = text(
 # Both counts read the small partial index on unfinished runs. `ahead` stops at the limit.
 OCCUPANCY = text(
     "SELECT"
-    " (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running')"
+    " (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running'"
+    "  AND parked_at IS NULL)"
     " AS running,"
     " (SELECT count(*) FROM (SELECT 1 FROM agent_runs"
     "   WHERE model_id = :model_id AND state = 'queued' AND id < :run_id"
@@ -30,7 +31,8 @@ NEXT_WAITING = text(
     " ORDER BY id"
     " LIMIT GREATEST(COALESCE("
     "   (SELECT max_concurrent_runs FROM agent_models WHERE id = :model_id)"
-    "   - (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running'),"
+    "   - (SELECT count(*) FROM agent_runs WHERE model_id = :model_id AND state = 'running'"
+    "      AND parked_at IS NULL),"
     "   0), 0)"
 )
 
@@ -44,7 +46,7 @@ ALL_WAITING = text(
 WAITING_WITH_FREE_SLOTS = text(
     "SELECT w.id FROM agent_models m"
     " CROSS JOIN LATERAL (SELECT count(*) AS n FROM agent_runs r"
-    "   WHERE r.model_id = m.id AND r.state = 'running') AS busy"
+    "   WHERE r.model_id = m.id AND r.state = 'running' AND parked_at IS NULL) AS busy"
     " CROSS JOIN LATERAL (SELECT r.id FROM agent_runs r"
     "   WHERE r.model_id = m.id AND r.state = 'queued' AND r.created_at < :cutoff"
     "   ORDER BY r.id LIMIT GREATEST(m.max_concurrent_runs - busy.n, 0)) AS w"

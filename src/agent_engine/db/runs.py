@@ -84,7 +84,8 @@ AGENT_GATE = text(
 # waiting runs are found oldest first by it (the claim refreshes it if the owner switched models).
 INSERT_QUEUED = text(
     "INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used, created_at)"
-    " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0, :now"
+    " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0,"
+    " COALESCE(CAST(:now AS timestamptz), now())"
     " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
     " JOIN agents a ON a.id = t.agent_id"
     " ORDER BY t.agent_id"
@@ -97,7 +98,8 @@ INSERT_QUEUED = text(
 INSERT_SKIPPED = text(
     "INSERT INTO agent_runs"
     " (agent_id, trigger, state, reason, tokens_used, finished_at, created_at)"
-    " SELECT t.agent_id, :trigger, 'skipped', t.reason, 0, :now, :now"
+    " SELECT t.agent_id, :trigger, 'skipped', t.reason, 0,"
+    " COALESCE(CAST(:now AS timestamptz), now()), COALESCE(CAST(:now AS timestamptz), now())"
     " FROM unnest(CAST(:agent_ids AS bigint[]), CAST(:reasons AS text[])) AS t(agent_id, reason)"
     " RETURNING *"
 )
@@ -162,6 +164,14 @@ CONTEXT_COLUMNS = """
         WHERE at.agent_id = a.id AND t.agents_allowed
         ORDER BY t.name
     ) AS tool_names,
+    (SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', t.id, 'name', t.name, 'description', t.description,
+        'input_schema', t.input_schema, 'access', t.access, 'remote_name', t.remote_name,
+        'source', s.name, 'url', s.url, 'auth_env', s.auth_env,
+        'auto_approved', at.auto_approved) ORDER BY t.name), '[]'::jsonb)
+     FROM agent_tools at JOIN tools t ON t.id = at.tool_id
+     JOIN tool_sources s ON s.id = t.source_id
+     WHERE at.agent_id = a.id AND t.agents_allowed AND s.enabled) AS mcp_tools,
     (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
      FROM platform_settings p) AS platform
 """
@@ -276,9 +286,10 @@ FINISH = text(
 
 # The tokens so far: the heartbeat's count or the recorded model calls', whichever is larger (the
 # database's `agent_runs_token_split` trigger then splits them as the recorded calls did).
+# The database's clock: a cancel is written as it happens, whatever clock its request carried.
 CANCEL = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
-    " finished_at = :now, tokens_used = GREATEST(tokens_used,"
+    " finished_at = now(), parked_at = NULL, tokens_used = GREATEST(tokens_used,"
     "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
     "    WHERE run_id = :run_id))"
     " WHERE id = :run_id AND state IN ('queued', 'running')"
@@ -296,7 +307,8 @@ NOT_RUNNING = text(
 REAP_RUNNING = text(
     "UPDATE agent_runs SET state = 'failed', reason = 'stale', finished_at = now(),"
     " error = :error"
-    " WHERE state = 'running' AND COALESCE(heartbeat_at, started_at, created_at)"
+    " WHERE state = 'running' AND parked_at IS NULL"
+    " AND COALESCE(heartbeat_at, started_at, created_at)"
     " < now() - make_interval(secs => :stale_after_seconds)"
     " RETURNING id"
 )

@@ -1,7 +1,8 @@
 """The demo seed of `agent-engine run`: idempotent, safe to run on every start.
 
 A demo owner and a demo admin, the offline `builtin` model as the default, the optional tools
-allowed, a handful of sample knowledge documents (public) and one sample scheduled agent.
+allowed, a handful of sample knowledge documents (public), one sample scheduled agent and, with
+`make run`, the demo MCP ticket server as a tool source of that agent.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import agents as agents_db
 from agent_engine.db import catalog, users
+from agent_engine.db import tool_sources as sources_db
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.schedule import first_slot, parse_schedule
 from agent_engine.knowledge.importer import import_paths
 from agent_engine.runtime.tools.registry import sync_tool_catalog
+from agent_engine.tool_sources.sync import sync_source
 
 DEMO_OWNER_ID = 1
 DEMO_ADMIN_ID = 2
@@ -27,6 +30,8 @@ DEMO_AGENT_PROMPT = "release process on-call"
 DEMO_AGENT_DESCRIPTION = "Digest of the release and on-call pages, every 6 hours."
 DEMO_SCHEDULE = {"type": "interval", "every_hours": 6}
 KNOWLEDGE_DIR = Path(__file__).parent / "knowledge"
+DEMO_SOURCE_NAME = "tickets"
+DEMO_SYNC_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,11 @@ class DemoIds:
     agent_id: int
 
 
-async def seed_demo(engine: AsyncEngine, *, now: datetime) -> DemoIds:
+async def seed_demo(
+    engine: AsyncEngine, *, now: datetime, tickets_url: str | None = None
+) -> DemoIds:
+    """`tickets_url`: the demo MCP ticket server (`agent_engine.testing.mcp_tickets`), registered
+    as the source `tickets` with its tools allowed and attached to the sample agent."""
     async with engine.begin() as conn:
         for user_id, email, name in (
             (DEMO_OWNER_ID, "owner@example.com", "Demo Owner"),
@@ -81,4 +90,35 @@ async def seed_demo(engine: AsyncEngine, *, now: datetime) -> DemoIds:
                 next_run_at=first_slot(schedule, now=now, zone=platform.zone),
                 meta=None,
             )
+    if tickets_url is not None:
+        await seed_tool_source(engine, tickets_url, agent_id=agent_id)
     return DemoIds(DEMO_OWNER_ID, DEMO_ADMIN_ID, model_id, agent_id)
+
+
+async def seed_tool_source(engine: AsyncEngine, url: str, *, agent_id: int) -> int:
+    """Register (or point at its new address) the demo MCP source and sync it. The first time,
+    its tools are allowed and attached to the sample agent; an admin's later choice is kept."""
+    async with engine.begin() as conn:
+        existing = await sources_db.source_by_name(conn, DEMO_SOURCE_NAME)
+        if existing is None:
+            source_id = await sources_db.insert_source(
+                conn, name=DEMO_SOURCE_NAME, url=url, auth_env=None, enabled=True
+            )
+        else:
+            source_id = existing.id
+            await sources_db.update_source(
+                conn,
+                source_id,
+                name=DEMO_SOURCE_NAME,
+                url=url,
+                auth_env=existing.auth_env,
+                enabled=existing.enabled,
+            )
+    await sync_source(engine, source_id, seconds=DEMO_SYNC_SECONDS)
+    if existing is None:
+        async with engine.begin() as conn:
+            tools = await catalog.tools_of_sources(conn, [source_id])
+            for tool in tools:
+                await catalog.set_tool_allowed(conn, tool.id, True)
+            await agents_db.insert_tool_links(conn, agent_id, [tool.id for tool in tools])
+    return source_id

@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import alerts as alerts_sql
-from agent_engine.db.alerts import BudgetAlert
+from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.db.spend import spent_tokens
 from agent_engine.domain.budget import BudgetWindow, thresholds_reached, week_window
@@ -32,7 +32,7 @@ log = structlog.get_logger(__name__)
 
 async def record_alerts_after_finish(
     engine: AsyncEngine, run_id: int, *, now: datetime, owner_and_settings: Any = None
-) -> list[BudgetAlert]:
+) -> list[BudgetAlertRow]:
     """The thresholds the run's owner has crossed this week and that were not recorded yet.
 
     `owner_and_settings`: a row with the run's `owner_id` and the `platform` settings, when the
@@ -69,7 +69,7 @@ async def record_alerts_after_finish(
 
 async def record_crossed_thresholds(
     conn: AsyncConnection, owner_id: int, *, now: datetime, platform: PlatformSettings
-) -> list[BudgetAlert]:
+) -> list[BudgetAlertRow]:
     """Record (once) each threshold the owner's week has reached; returns the new alerts."""
     cap = platform.weekly_token_cap
     if cap is None or not platform.budget_alert_percents:

@@ -18,12 +18,12 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.listen import Listener
 from agent_engine.settings import to_libpq_url
@@ -56,17 +56,17 @@ async def cancel_run(
     engine: AsyncEngine,
     run_id: int,
     *,
-    now: datetime,
     error: str,
     audited_actor_id: int | None = None,
     owner_id: int | None = None,
 ) -> runs_sql.RunRow:
-    """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit.
+    """queued | running → failed/cancelled, a compare-and-set; the worker is told at commit. The
+    finish time is the database's (`now()`), so it is never before the run's start.
     Returns the cancelled run's row. `audited_actor_id`: an admin cancelling another owner's run,
     recorded in the audit log in the same transaction."""
     async with engine.begin() as conn:
         found = (
-            await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "now": now, "error": error})
+            await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "error": error})
         ).one_or_none()
         if found is None:
             state = (await conn.execute(runs_sql.STATE_OF, {"run_id": run_id})).scalar()
@@ -74,6 +74,12 @@ async def cancel_run(
                 raise RunMissing(run_id)
             raise RunFinished(run_id, str(state))
         row = runs_sql.RunRow.from_row(found)
+        # A run parked on its owner's approval: the approval ends with it.
+        cancelled = await approvals_db.cancel_pending(
+            conn, run_id, actor_id=audited_actor_id or owner_id, error=error
+        )
+        if cancelled is not None:
+            await approvals_db.notify(conn, cancelled)
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
         await conn.execute(runs_sql.NOTIFY, {"channel": CHANNEL, "payload": str(run_id)})

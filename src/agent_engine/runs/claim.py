@@ -21,7 +21,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
+from agent_engine.db.approvals import Decided
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.budget import week_window
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
@@ -52,6 +54,8 @@ class Claim:
     model_id: int | None = None
     # The model's concurrency limit when claimed: a limited model's finish hands its slot on.
     model_limit: int | None = None
+    # A parked run taken back after its owner's decision (or the approval's expiry).
+    resumed: Decided | None = None
 
 
 async def claim_run(
@@ -137,6 +141,20 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
         row = (await conn.execute(runs_sql.CLAIM_READ, {"run_id": run_id})).one_or_none()
         if row is not None:
             _remember_platform(row.platform)
+        if row is not None and row.state == RunState.RUNNING:
+            # A parked run whose approval was decided: exactly one message takes it back.
+            decided = await approvals_db.take_parked(conn, run_id)
+            if decided is None:
+                return Claim(run_id, None)
+            return Claim(
+                run_id,
+                RunState.RUNNING,
+                context=run_context_from_row(
+                    row, platform=PlatformSettings.from_rows(row.platform or {})
+                ),
+                model_id=row.run_model_id,
+                resumed=decided,
+            )
         if row is None or row.state != RunState.QUEUED:
             return Claim(run_id, None)
         model_id = row.agent_model_id

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -22,8 +23,9 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import approvals as approvals_db
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
-from agent_engine.runs import model_slots, steps
+from agent_engine.runs import approvals, model_slots, steps
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.claim import Claim as Claim
 from agent_engine.runs.claim import claim_run as claim_run
@@ -31,7 +33,7 @@ from agent_engine.runs.claim import utc_now as utc_now
 from agent_engine.runs.finish import INTERRUPTED_ERROR as INTERRUPTED_ERROR
 from agent_engine.runs.finish import TokenMeter, fail, finish, heartbeat
 from agent_engine.runs.request import Enqueue
-from agent_engine.runtime.loop import Runtime
+from agent_engine.runtime.loop import PARKED, Resume, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,11 @@ async def execute_claimed(
     run_timeout: timedelta = RUN_TIMEOUT,
     enqueue: Enqueue | None = None,
     cancels: CancelWatcher | None = None,
+    approval_timeout_seconds: float = approvals.DEFAULT_APPROVAL_TIMEOUT_SECONDS,
 ) -> RunState | None:
     """Run a claimed run's agent loop beside its heartbeat, then finish it (a compare-and-set).
+    A WRITE call waiting for the owner parks it instead (RUNNING is returned; no worker holds it
+    until the decision re-enqueues it).
 
     Returns the state written, None when the run was no longer ours (reaped or cancelled
     meanwhile). With `cancels`, a cancelRun stops the work wherever it is (the API already wrote
@@ -93,6 +98,7 @@ async def execute_claimed(
             heartbeat_interval=heartbeat_interval,
             run_timeout=run_timeout,
             cancels=cancels,
+            approval_timeout_seconds=approval_timeout_seconds,
         )
     finally:
         # The run's slot of its model is free (whatever the outcome): the next waiting run gets it.
@@ -115,6 +121,7 @@ async def _execute(
     heartbeat_interval: timedelta,
     run_timeout: timedelta,
     cancels: CancelWatcher | None = None,
+    approval_timeout_seconds: float,
 ) -> RunState | None:
     run_id, ctx = claim.run_id, claim.context
     meter = TokenMeter()
@@ -124,7 +131,24 @@ async def _execute(
     structlog.contextvars.bind_contextvars(agent_id=ctx.agent_id)
     deadline = asyncio.get_running_loop().time() + run_timeout.total_seconds()
     # The transcript, and the cancel watcher that may cancel `work`.
-    transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn, first_step_written=True)
+    resumed = claim.resumed
+    resume: Resume | None = None
+    if resumed is None:
+        transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn, first_step_written=True)
+    else:
+        transcript = steps.StepRecorder(
+            engine,
+            run_id,
+            now_fn=now_fn,
+            next_index=int(resumed.checkpoint.get("next_step_index", resumed.step_index + 1)),
+        )
+        resume = Resume(
+            checkpoint=resumed.checkpoint,
+            decision=resumed.status,
+            note=resumed.note,
+            step_index=resumed.step_index,
+            claim_call=functools.partial(_claim_call, engine, resumed.approval_id),
+        )
     work = asyncio.ensure_future(
         runtime.execute(
             ctx,
@@ -133,6 +157,7 @@ async def _execute(
             on_usage=meter.record_usage,
             deadline=deadline,
             transcript=transcript,
+            resume=resume,
         )
     )
     if cancels is not None:
@@ -182,6 +207,13 @@ async def _execute(
             meter=meter,
             transcript=transcript,
         )
+    if outcome.state == PARKED:
+        # The worker lets go: no heartbeat (stopped above), and the in-flight place is freed as
+        # this task ends. The decision or the expiry sends the run to a worker again.
+        await approvals.park_run(
+            engine, run_id, outcome, transcript=transcript, timeout_seconds=approval_timeout_seconds
+        )
+        return RunState.RUNNING
     return await finish(
         engine,
         run_id,
@@ -194,6 +226,12 @@ async def _execute(
         completion_tokens=max(outcome.completion_tokens, meter.completion),
         transcript=transcript,
     )
+
+
+async def _claim_call(engine: AsyncEngine, approval_id: int) -> bool:
+    """The compare-and-set before an approved call: True for exactly one attempt."""
+    async with engine.begin() as conn:
+        return await approvals_db.claim_call(conn, approval_id)
 
 
 async def _stop(beat: asyncio.Future[None], stop: asyncio.Event) -> None:

@@ -21,12 +21,13 @@ async def insert_requested_runs(
     agent_ids: Sequence[int],
     *,
     trigger: RunTrigger,
-    now: datetime,
+    now: datetime | None,
     budget_spent: Collection[int] = (),
 ) -> dict[int, runs_sql.RunRow]:
     """One journal row per agent: `queued`, or `skipped` with the reason. Keyed by agent id.
 
     `budget_spent` holds the agents whose owner's weekly budget is spent. Agents must be distinct.
+    The rows' times are `now`, or the database's `now()` when it is None.
     """
     rows: dict[int, runs_sql.RunRow] = {}
     candidates = sorted(a for a in agent_ids if a not in budget_spent)

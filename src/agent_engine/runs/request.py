@@ -54,8 +54,12 @@ async def request_run(
     now: datetime,
     enqueue: Enqueue,
     send_wait_seconds: float | None = None,
+    database_clock: bool = False,
 ) -> runs_sql.RunRow:
     """Request one run; returns the inserted `agent_runs` row (queued or skipped).
+
+    `now` decides the budget week; with `database_clock` the row's times are the database's
+    `now()` (the API: a request's clock may be older than the write), else `now`.
 
     `send_wait_seconds` bounds how long the caller waits for the broker to take the execute
     message: a broker that hangs must not hang the request. The send goes on in its thread; the
@@ -77,7 +81,7 @@ async def request_run(
                 conn,
                 [agent_id],
                 trigger=trigger,
-                now=now,
+                now=None if database_clock else now,
                 budget_spent=[agent_id] if spent else [],
             )
     except IntegrityError as exc:

@@ -36,14 +36,21 @@ class StepRecorder:
     """The `Transcript` of one run, written to `agent_run_steps`."""
 
     def __init__(
-        self, engine: AsyncEngine, run_id: int, *, now_fn: NowFn, first_step_written: bool = False
+        self,
+        engine: AsyncEngine,
+        run_id: int,
+        *,
+        now_fn: NowFn,
+        first_step_written: bool = False,
+        next_index: int = 0,
     ) -> None:
         """`first_step_written`: the run's start already inserted step 0, its opening model
-        call (`db.run_steps.FIRST_STEP_INSERT`)."""
+        call (`db.run_steps.FIRST_STEP_INSERT`). `next_index`: a resumed run goes on after the
+        steps it wrote before it was parked."""
         self._engine = engine
         self._run_id = run_id
         self._now_fn = now_fn
-        self._next_index = 0
+        self._next_index = next_index
         self._pending: dict[str, Any] | None = None
         self._first_step_written = first_step_written
 

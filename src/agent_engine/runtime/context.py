@@ -15,6 +15,7 @@ from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.zones import user_zone_name
 from agent_engine.runtime.tools.registry import optional_tools
+from agent_engine.runtime.tools.spec import McpTool
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class RunContext:
     optional_tools: tuple[str, ...]
     platform_prompt: str
     iteration_cap: int
+    # Allowed MCP tools of the selection whose source is enabled (with where to call them).
+    mcp_tools: tuple[McpTool, ...] = ()
 
 
 async def load_run_context(conn: AsyncConnection, run_id: int) -> RunContext | None:
@@ -74,4 +77,5 @@ def run_context_from_row(row: Any, *, platform: PlatformSettings) -> RunContext 
         optional_tools=tuple(name for name in row.tool_names if name in registered),
         platform_prompt=platform.platform_prompt,
         iteration_cap=platform.iteration_cap,
+        mcp_tools=tuple(McpTool.from_json(value) for value in (row.mcp_tools or ())),
     )

@@ -16,8 +16,8 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -40,8 +40,15 @@ from agent_engine.runtime.providers.base import (
 )
 from agent_engine.runtime.providers.builtin import BuiltinProvider
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
+from agent_engine.runtime.tools.mcp import call_meta, check_arguments
 from agent_engine.runtime.tools.registry import core_tools, optional_tools, validate_arguments
-from agent_engine.runtime.tools.spec import ToolCallContext, ToolError, ToolSpec
+from agent_engine.runtime.tools.spec import (
+    McpTool,
+    ToolCallContext,
+    ToolError,
+    ToolHandler,
+    ToolSpec,
+)
 from agent_engine.runtime.transcript import (
     StepEnd,
     StepKind,
@@ -50,6 +57,7 @@ from agent_engine.runtime.transcript import (
     step_output,
     tool_input,
 )
+from agent_engine.tool_sources.client import McpError, SessionPool, TooLarge, bearer
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,10 @@ MAX_ERROR_CHARS = 2_000
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
+# Not a run state: the run stays running, waiting for its owner (`RunOutcome.parked`).
+PARKED = "parked"
+APPROVED = "approved"
+EXPIRED = "expired"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
 
@@ -83,6 +95,80 @@ class RunOutcome:
     # The provider's split of tokens_used (prompt + completion = tokens_used).
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # state "parked": the WRITE call waiting for the owner, and where to resume.
+    parked: Parked | None = None
+
+
+@dataclass(frozen=True)
+class Parked:
+    tool_id: int
+    tool_name: str
+    input: dict[str, Any]
+    step_index: int
+    checkpoint: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A parked run's way back: its checkpoint, the decision, and the compare-and-set that lets
+    exactly one attempt make an approved call."""
+
+    checkpoint: dict[str, Any]
+    decision: str  # "approved" | "declined" | "expired"
+    note: str | None
+    step_index: int
+    claim_call: Callable[[], Awaitable[bool]]
+
+
+@dataclass
+class _LoopState:
+    """What the loop carries from one model call to the next (and into a checkpoint)."""
+
+    messages: list[Message] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    iteration: int = 0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def checkpoint(self, call: ToolCall, rest: list[ToolCall], step: int) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "messages": self.messages,
+            "texts": self.texts,
+            "iteration": self.iteration,
+            "tokens": self.tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "call": _call_json(call),
+            "calls": [_call_json(c) for c in rest],
+            "next_step_index": step + 1,
+        }
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        self.messages = list(checkpoint["messages"])
+        self.texts = list(checkpoint.get("texts", []))
+        self.iteration = int(checkpoint["iteration"])
+        self.tokens = int(checkpoint.get("tokens", 0))
+        self.prompt_tokens = int(checkpoint.get("prompt_tokens", 0))
+        self.completion_tokens = int(checkpoint.get("completion_tokens", 0))
+
+
+def _call_json(call: ToolCall) -> dict[str, str]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def _call_from_json(value: dict[str, Any]) -> ToolCall:
+    return ToolCall(id=str(value["id"]), name=str(value["name"]), arguments=str(value["arguments"]))
+
+
+def decline_message(decision: str, note: str | None) -> str:
+    """What the model hears for a call the owner did not approve."""
+    if decision == EXPIRED:
+        text = "the owner declined this call (no decision before the approval expired)"
+    else:
+        text = "the owner declined this call"
+    return f"{text}; their note: {note}" if note else text
 
 
 def compose_system_prompt(platform_prompt: str, owner_prompt: str) -> str:
@@ -123,6 +209,8 @@ class Runtime:
         self._retired: list[OpenAIProvider] = []
         self._builtin = BuiltinProvider()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One MCP session per server and credential for this process: no handshake per call.
+        self.mcp_sessions = SessionPool(timeout=tool_timeout_seconds)
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -141,15 +229,58 @@ class Runtime:
         self._retired = []
         for provider in providers:
             await provider.aclose()
+        await self.mcp_sessions.aclose()
 
     def toolset(self, ctx: RunContext) -> dict[str, ToolSpec]:
-        """Core tools, then the run's optional tools that the registry still has."""
+        """Core tools, then the run's optional tools that the registry still has, then its
+        allowed MCP tools."""
         tools = core_tools()
         registered = optional_tools()
         for name in ctx.optional_tools:
             if name in registered and name not in tools:
                 tools[name] = registered[name]
+        for tool in ctx.mcp_tools:
+            if tool.name not in tools:
+                tools[tool.name] = ToolSpec(
+                    name=tool.name,
+                    description=tool.description,
+                    parameters=tool.input_schema,
+                    handler=self._mcp_handler(tool),
+                    mcp=tool,
+                )
         return tools
+
+    def _mcp_handler(self, tool: McpTool) -> ToolHandler:
+        async def call(ctx: ToolCallContext, arguments: dict[str, Any]) -> str:
+            try:
+                # Checked again before each send, as for models: a row written before the rule
+                # or straight in SQL sends nothing.
+                await self.credentials.check(tool.auth_env, what=f"the source of tool {tool.name}")
+            except CredentialRefused as exc:
+                raise ToolFailed(
+                    tool.name, "its source's credential variable is not allowed"
+                ) from exc
+            try:
+                result = await self.mcp_sessions.call(
+                    tool.url,
+                    bearer(tool.auth_env),
+                    tool.remote_name,
+                    arguments,
+                    meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
+                    seconds=self._tool_timeout_seconds,
+                    idempotent=tool.access == "read",
+                )
+            except TooLarge as exc:
+                raise ToolFailed(tool.name, str(exc)) from exc
+            except McpError as exc:
+                # The URL stays in the worker log; the run names the tool.
+                log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
+                raise ToolFailed(tool.name, "its server could not be reached") from exc
+            if result.is_error:
+                raise ToolError(result.text or "the tool reported an error")
+            return result.text
+
+        return call
 
     async def execute(
         self,
@@ -160,18 +291,21 @@ class Runtime:
         deadline: float | None = None,
         on_usage: Callable[[int, int], None] | None = None,
         transcript: Transcript | None = None,
+        resume: Resume | None = None,
     ) -> RunOutcome:
         """Run the loop. `on_tokens` gets the running total after each model call, `on_usage`
         the running (prompt, completion) split. `deadline` (event-loop time) is the run's
         wall-clock end: providers wait out rate limits only up to it. Every model call and tool
-        call is reported to `transcript` as it starts and as it ends (the run's steps)."""
+        call is reported to `transcript` as it starts and as it ends (the run's steps).
+
+        A WRITE call the owner has not auto-approved ends this call PARKED, with the checkpoint
+        to resume from (`RunOutcome.parked`); `resume` continues a parked run from it once the
+        owner decided (or the approval expired)."""
         record = transcript if transcript is not None else no_transcript()
-        tokens = 0
-        prompt_tokens = completion_tokens = 0
-        texts: list[str] = []
+        loop = _LoopState()
 
         def partial() -> str | None:
-            joined = "\n\n".join(texts).strip()
+            joined = "\n\n".join(loop.texts).strip()
             return truncate(joined, self._max_output_chars) if joined else None
 
         def failed(reason: str, error: str) -> RunOutcome:
@@ -180,10 +314,16 @@ class Runtime:
                 reason,
                 partial(),
                 truncate(error, MAX_ERROR_CHARS),
-                tokens,
-                prompt_tokens,
-                completion_tokens,
+                loop.tokens,
+                loop.prompt_tokens,
+                loop.completion_tokens,
             )
+
+        def report() -> None:
+            if on_tokens is not None:
+                on_tokens(loop.tokens)
+            if on_usage is not None:
+                on_usage(loop.prompt_tokens, loop.completion_tokens)
 
         try:
             provider = await self._provider(ctx.model)
@@ -198,12 +338,31 @@ class Runtime:
                 knowledge=self._knowledge,
                 engine=self._engine,
             )
-            messages = self._opening(ctx, now)
             cap = max(ctx.iteration_cap, 1)
-            for iteration in range(1, cap + 1):
+            first = 1
+            if resume is None:
+                loop.messages = self._opening(ctx, now)
+            else:
+                loop.restore(resume.checkpoint)
+                report()
+                pending = _call_from_json(resume.checkpoint["call"])
+                result, error = await self._decided_call(tools, pending, tool_ctx, resume)
+                await record.step_finished(
+                    resume.step_index, StepEnd(output=step_output(result), error=error)
+                )
+                loop.messages.append(
+                    {"role": "tool", "tool_call_id": pending.id, "content": result}
+                )
+                remaining = [_call_from_json(c) for c in resume.checkpoint.get("calls", [])]
+                parked = await self._tool_calls(tools, remaining, tool_ctx, record, loop)
+                if parked is not None:
+                    return parked
+                first = loop.iteration + 1
+            for iteration in range(first, cap + 1):
+                loop.iteration = iteration
                 request = ModelRequest(
                     model=ctx.model.model,
-                    messages=list(messages),
+                    messages=list(loop.messages),
                     tools=schemas,
                     owner_prompt=ctx.prompt,
                     deadline=deadline,
@@ -219,10 +378,10 @@ class Runtime:
                         step, StepEnd(error=truncate(refused, MAX_ERROR_CHARS))
                     )
                     return failed(REASON_ERROR, refused)
-                tokens += max(reply.tokens_used, 0)
+                loop.tokens += max(reply.tokens_used, 0)
                 prompt, completion = usage_split(reply)
-                prompt_tokens += prompt
-                completion_tokens += completion
+                loop.prompt_tokens += prompt
+                loop.completion_tokens += completion
                 await record.step_finished(
                     step,
                     StepEnd(
@@ -231,35 +390,28 @@ class Runtime:
                         completion_tokens=completion,
                     ),
                 )
-                if on_tokens is not None:
-                    on_tokens(tokens)
-                if on_usage is not None:
-                    on_usage(prompt_tokens, completion_tokens)
+                report()
                 if reply.content and reply.content.strip():
-                    texts.append(reply.content.strip())
+                    loop.texts.append(reply.content.strip())
                 if not reply.tool_calls:
                     output = truncate(reply.content or "", self._max_output_chars)
                     return RunOutcome(
-                        SUCCEEDED, None, output, None, tokens, prompt_tokens, completion_tokens
+                        SUCCEEDED,
+                        None,
+                        output,
+                        None,
+                        loop.tokens,
+                        loop.prompt_tokens,
+                        loop.completion_tokens,
                     )
                 if iteration == cap:
                     break
-                messages.append(_assistant_message(reply))
-                for call in reply.tool_calls:
-                    step = await record.step_started(
-                        StepKind.TOOL_CALL, call.name, tool_input(call.arguments)
-                    )
-                    try:
-                        result, error = await self._call_tool(tools, call, tool_ctx)
-                    except ToolFailed as exc:
-                        await record.step_finished(
-                            step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
-                        )
-                        raise
-                    await record.step_finished(
-                        step, StepEnd(output=step_output(result), error=error)
-                    )
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+                loop.messages.append(_assistant_message(reply))
+                parked = await self._tool_calls(
+                    tools, list(reply.tool_calls), tool_ctx, record, loop
+                )
+                if parked is not None:
+                    return parked
             return failed(
                 REASON_ITERATION_CAP,
                 f"no final answer after {cap} model calls (the platform's iteration cap)",
@@ -274,6 +426,93 @@ class Runtime:
             return failed(
                 REASON_ERROR, f"internal error ({type(exc).__name__}; details in the worker log)"
             )
+
+    async def _tool_calls(
+        self,
+        tools: dict[str, ToolSpec],
+        calls: list[ToolCall],
+        tool_ctx: ToolCallContext,
+        record: Transcript,
+        loop: _LoopState,
+    ) -> RunOutcome | None:
+        """Make the calls of one reply in order; a WRITE call that needs the owner parks the run
+        (the outcome returned), the rest of the reply's calls wait in the checkpoint."""
+        for position, call in enumerate(calls):
+            step = await record.step_started(
+                StepKind.TOOL_CALL, call.name, tool_input(call.arguments)
+            )
+            spec = tools.get(call.name)
+            error: str | None
+            if spec is not None and spec.mcp is not None and spec.mcp.needs_approval:
+                checked = self._checked_arguments(tools, spec, call)
+                if isinstance(checked, dict):
+                    # Checked before the owner is asked: they approve a call that can be made.
+                    checkpoint = loop.checkpoint(call, calls[position + 1 :], step)
+                    return RunOutcome(
+                        PARKED,
+                        None,
+                        None,
+                        None,
+                        loop.tokens,
+                        loop.prompt_tokens,
+                        loop.completion_tokens,
+                        parked=Parked(
+                            tool_id=spec.mcp.id,
+                            tool_name=spec.name,
+                            input=checked,
+                            step_index=step,
+                            checkpoint=checkpoint,
+                        ),
+                    )
+                result, error = checked
+            else:
+                try:
+                    result, error = await self._call_tool(tools, call, tool_ctx)
+                except ToolFailed as exc:
+                    await record.step_finished(
+                        step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                    )
+                    raise
+            await record.step_finished(step, StepEnd(output=step_output(result), error=error))
+            loop.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return None
+
+    def _checked_arguments(
+        self, tools: dict[str, ToolSpec], spec: ToolSpec, call: ToolCall
+    ) -> dict[str, Any] | tuple[str, str]:
+        """The call's arguments checked against the tool's schema, or the refusal (the result
+        the model sees, the error for the transcript)."""
+        try:
+            raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
+        try:
+            return check_arguments(spec.parameters, raw)
+        except ToolError as exc:
+            text, _ = _tool_error(str(exc))
+            return truncate(text, self._max_tool_result_chars), truncate(str(exc), MAX_ERROR_CHARS)
+
+    async def _decided_call(
+        self,
+        tools: dict[str, ToolSpec],
+        call: ToolCall,
+        tool_ctx: ToolCallContext,
+        resume: Resume,
+    ) -> tuple[str, str | None]:
+        """The parked call, once decided: approved -> made (at most once: `claim_call` is the
+        compare-and-set); declined or expired -> the model hears it as the tool's result."""
+        if resume.decision != APPROVED:
+            message = decline_message(resume.decision, resume.note)
+            return _tool_error(message)
+        if not await resume.claim_call():
+            raise ToolFailed(
+                call.name,
+                "an earlier attempt at this approved call may have reached the server;"
+                " it is not made twice",
+            )
+        if call.name not in tools:
+            return _tool_error(f"the tool '{call.name}' is no longer available")
+        return await self._call_tool(tools, call, tool_ctx)
 
     def _opening(self, ctx: RunContext, now: datetime) -> list[Message]:
         zone = zone_or_utc(ctx.owner_timezone)
@@ -332,7 +571,10 @@ class Runtime:
         except json.JSONDecodeError as exc:
             return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
         try:
-            arguments = validate_arguments(spec.parameters, raw)
+            if spec.mcp is not None:
+                arguments = check_arguments(spec.parameters, raw)
+            else:
+                arguments = validate_arguments(spec.parameters, raw)
             async with asyncio.timeout(self._tool_timeout_seconds):
                 result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
@@ -342,6 +584,8 @@ class Runtime:
             raise ToolFailed(
                 call.name, f"no answer within {self._tool_timeout_seconds:g} s"
             ) from exc
+        except ToolFailed:
+            raise
         except Exception as exc:
             # Details may hold internals (SQL); they go to the log, the run names the kind.
             log.warning("tool %s failed in run %s", call.name, tool_ctx.run_id, exc_info=True)

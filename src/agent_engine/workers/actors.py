@@ -27,10 +27,11 @@ from agent_engine.db import activity
 from agent_engine.delivery import outbox
 from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.domain.runs import RunState
-from agent_engine.runs import execute, reaper, retention, scheduler
+from agent_engine.runs import approvals, execute, reaper, retention, scheduler
 from agent_engine.runs.execute import Claim
 from agent_engine.runs.request import Enqueue
 from agent_engine.settings import Settings
+from agent_engine.tool_sources import sync as tool_source_sync
 from agent_engine.workers.context import WorkerContext
 from agent_engine.workers.inflight import WorkerStopping
 from agent_engine.workers.middleware import SharedAsyncIO, WorkerContextMiddleware
@@ -118,6 +119,7 @@ async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
             run_timeout=timedelta(seconds=settings.run_timeout_seconds),
             enqueue=context.enqueue_execute,
             cancels=context.cancels,
+            approval_timeout_seconds=settings.approval_timeout_seconds,
         )
 
 
@@ -150,6 +152,13 @@ async def reap_stale_runs() -> None:
             slot_wait=timedelta(seconds=settings.model_slot_wait_seconds),
             enqueue=context.enqueue_execute,
         )
+        # Approvals past their time expire (the model hears a decline); decided ones whose
+        # message was lost are sent again.
+        await approvals.sweep(
+            context.engine,
+            enqueue=context.enqueue_execute,
+            resend_after_seconds=settings.queued_resend_after_seconds,
+        )
     except DATABASE_ERRORS as exc:
         log.warning("reap tick skipped, the database is unreachable: %s", exc)
         return  # the next tick reaps
@@ -170,6 +179,14 @@ async def prune_finished_runs() -> None:
     )
     if result.deleted:
         log.info("retention: pruned %d finished runs before %s", result.deleted, result.cutoff)
+
+
+async def sync_tool_sources() -> None:
+    """Re-list every enabled MCP source (new tools join not allowed, vanished ones leave)."""
+    context = _require_context()
+    await tool_source_sync.sync_enabled_sources(
+        context.engine, seconds=context.settings.tool_timeout_seconds
+    )
 
 
 def _recorded_tick(name: str, tick: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
@@ -222,6 +239,7 @@ class Actors:
     prune_finished_runs: dramatiq.Actor[[], None]
     dispatch_deliveries: dramatiq.Actor[[], None]
     deliver: dramatiq.Actor[[int, str], None]
+    sync_tool_sources: dramatiq.Actor[[], None]
 
 
 def declare_actors(
@@ -297,4 +315,10 @@ def declare_actors(
             # A lost attempt is re-dispatched when its lease expires.
             max_retries=0,
         )(deliver),
+        sync_tool_sources=tick(
+            "sync_tool_sources",
+            sync_tool_sources,
+            every_seconds=settings.tool_source_sync_seconds,
+            ages=2,
+        ),
     )

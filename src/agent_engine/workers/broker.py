@@ -175,6 +175,10 @@ def send_retention_tick() -> None:
     actors().prune_finished_runs.send()
 
 
+def send_tool_sources_tick() -> None:
+    actors().sync_tool_sources.send()
+
+
 def close_broker() -> None:
     """Close the broker's connections (process exit, tests)."""
     global _configured

@@ -1,4 +1,4 @@
-"""`agent-engine clock`: sends the schedule, reap, retention and delivery ticks, nothing else.
+"""`agent-engine clock`: sends the schedule, reap, retention, delivery and tool-source ticks.
 
 Safe to run several replicas: the scan claims agents with `FOR NO KEY UPDATE … SKIP LOCKED` (why not
 `FOR UPDATE`: db/runs.py, CLAIM_DUE_AGENTS) and every actor is idempotent, so extra ticks cost a
@@ -24,6 +24,7 @@ from agent_engine.workers.broker import (
     send_reap_tick,
     send_retention_tick,
     send_schedule_tick,
+    send_tool_sources_tick,
 )
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> Non
         _Tick("reap", settings.reap_tick_seconds, send_reap_tick),
         _Tick("retention", settings.retention_tick_seconds, send_retention_tick),
         _Tick("deliveries", settings.delivery_tick_seconds, send_delivery_tick),
+        _Tick("tool_sources", settings.tool_source_sync_seconds, send_tool_sources_tick),
     ]
     log.info(
         "clock started: schedule tick every %gs, reap tick every %gs",

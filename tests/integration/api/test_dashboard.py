@@ -19,7 +19,14 @@ from typing import Any
 import dramatiq
 import pytest
 
-from agent_engine.testing.fake_openai import FakeOpenAIServer, error_reply, text_reply
+from agent_engine.testing.fake_openai import (
+    FakeOpenAIServer,
+    FakeToolCall,
+    error_reply,
+    text_reply,
+    tool_reply,
+)
+from agent_engine.testing.mcp_tickets import TicketServer
 from tests.integration.api.support import Api
 from tests.integration.runs.support import FAKE_KEY_ENV
 from tests.support.browser import Cdp, headless_chromium, keep_artifact
@@ -203,3 +210,64 @@ async def test_a_refused_token_keeps_the_sign_in_form(api: Api) -> None:
         assert "refused" in message.lower()
         assert await cdp.evaluate("document.querySelector('#app').hidden") is True
         assert await cdp.evaluate("sessionStorage.length") == 0
+
+
+@pytest.mark.browser
+async def test_the_owner_approves_a_waiting_tool_call_on_the_dashboard(
+    api: Api,
+    factories: Factories,
+    fake_openai: FakeOpenAIServer,
+    worker: dramatiq.Worker,
+    tmp_path: Path,
+) -> None:
+    api.clock.now = datetime.now(UTC)
+    owner = await factories.user(display_name="Olive Owner", email="olive@example.com")
+    admin_user = await factories.user(display_name="Ada Admin")
+    model = await factories.model(
+        name="Fake",
+        provider="openai",
+        model="fake-model",
+        base_url=fake_openai.base_url,
+        api_key_env=FAKE_KEY_ENV,
+    )
+    agent = await factories.agent(user_id=owner["id"], model_id=model["id"], name="Ticket bot")
+    owner_token = api.token(owner["id"], name="Olive Owner", email="olive@example.com")
+    admin_token = api.token(admin_user["id"], admin=True, name="Ada Admin")
+    with TicketServer() as tickets:
+        source = await api.data(
+            "mutation($i: ToolSourceInput!) { upsertToolSource(input: $i) { tools { id name } } }",
+            {"i": {"name": "tickets", "url": tickets.url}},
+            admin_token,
+        )
+        for tool in source["upsertToolSource"]["tools"]:
+            await api.data(
+                "mutation($t: ID!) { setToolAllowed(toolId: $t, allowed: true) { id } }",
+                {"t": tool["id"]},
+                admin_token,
+            )
+            await api.data(
+                "mutation($a: ID!, $t: ID!) { attachTool(agentId: $a, toolId: $t) { id } }",
+                {"a": str(agent["id"]), "t": tool["id"]},
+                owner_token,
+            )
+        fake_openai.enqueue(
+            tool_reply(FakeToolCall("tickets__create_ticket", {"title": "Renew the certificate"})),
+            text_reply("Opened it."),
+        )
+
+        async with headless_chromium() as cdp:
+            await sign_in(cdp, api, owner_token)
+            run_id = await start_run(api, owner_token, agent["id"])
+            row = f'#approvals tr[data-run-id="{run_id}"]'
+            await cdp.wait_for(f"!!document.querySelector('{row}')", within_seconds=60)
+            shown = await cdp.evaluate(f"document.querySelector('{row}').innerText")
+            assert "tickets__create_ticket" in shown and "Renew the certificate" in shown
+            assert await cdp.wait_for(feed_state(run_id) + " === 'RUNNING'")
+            assert tickets.calls_of("create_ticket") == []
+            keep_artifact(await cdp.screenshot(tmp_path / "dashboard-approval.png"))
+
+            await cdp.evaluate(f"document.querySelector('{row} [data-action=approve]').click()")
+
+            assert await cdp.wait_for(feed_state(run_id) + " === 'SUCCEEDED'", within_seconds=60)
+            await cdp.wait_for("document.querySelector('#approvals-panel').hidden")
+        assert len(tickets.calls_of("create_ticket")) == 1

@@ -4,6 +4,7 @@ and the input checks that name the field they refuse."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -12,11 +13,17 @@ from starlette.types import Message, Receive, Scope, Send
 
 from agent_engine.api.errors import BAD_USER_INPUT, BadUserInput
 from agent_engine.api.guards import (
+    MAX_JSON_DEPTH,
     MAX_PAGE_SIZE,
     META_MAX_BYTES,
     BodySizeLimit,
+    DocumentCache,
+    UnreadableJson,
+    checked_instant,
     checked_meta,
     checked_text,
+    decode_json_body,
+    document_too_large,
     page_size,
 )
 
@@ -147,3 +154,62 @@ def test_meta_is_a_json_object_up_to_its_size() -> None:
         with pytest.raises(BadUserInput) as error:
             checked_meta("input.meta", not_an_object)
         assert field_of(error) == ("input.meta", "input.meta: must be a JSON object or null")
+
+
+# --- documents, JSON and instants ---------------------------------------------------------------
+
+
+def test_the_document_cache_is_bounded_by_the_text_it_holds() -> None:
+    cache = DocumentCache(max_chars=100, max_document_chars=40)
+    cache.put("a" * 41, "too big")
+    assert cache.get("a" * 41) is None and len(cache) == 0
+    for letter in "bcd":
+        cache.put(letter * 40, letter)
+    # 120 characters do not fit in 100: the least recently used went first.
+    assert cache.get("b" * 40) is None
+    assert cache.get("c" * 40) == "c" and cache.get("d" * 40) == "d"
+    assert cache.chars == 80
+    cache.get("c" * 40)  # used: now the most recent
+    cache.put("e" * 40, "e")
+    assert cache.get("d" * 40) is None and cache.get("c" * 40) == "c"
+    # A variant is its own entry (validation differs for anonymous callers).
+    cache.put("x", 1, variant=True)
+    assert cache.get("x", False) is None and cache.get("x", True) == 1
+
+
+def test_a_document_over_the_limit_is_named_by_its_bytes() -> None:
+    assert document_too_large("{ a }", 10) is None
+    assert "10 bytes" in (document_too_large("{ a } #" + "😀" * 2, 10) or "")
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5_000, 100_000])
+def test_json_nested_too_deep_is_unreadable(depth: int) -> None:
+    with pytest.raises(UnreadableJson) as raised:
+        decode_json_body("[" * depth + "]" * depth)
+    assert f"nested deeper than {MAX_JSON_DEPTH}" in raised.value.reason
+    assert decode_json_body("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH) is not None
+
+
+def test_a_number_of_thousands_of_digits_is_unreadable_json() -> None:
+    with pytest.raises(UnreadableJson):
+        decode_json_body('{"n": ' + "9" * 5_000 + "}")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(1, 1, 1, 0, 0, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, tzinfo=UTC),
+        datetime(1, 1, 2, tzinfo=timezone(timedelta(hours=14))),
+        datetime(2025, 3, 9),  # no offset
+    ],
+)
+def test_instants_at_the_calendars_edges_are_refused_naming_the_field(value: datetime) -> None:
+    with pytest.raises(BadUserInput) as raised:
+        checked_instant("windowStart", value)
+    assert raised.value.field == "windowStart"
+
+
+def test_an_ordinary_instant_is_kept() -> None:
+    value = datetime(2025, 3, 9, tzinfo=UTC)
+    assert checked_instant("windowStart", value) is value

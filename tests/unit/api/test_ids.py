@@ -85,3 +85,10 @@ def test_a_malformed_or_foreign_cursor_is_refused_naming_the_argument(cursor: st
 def test_the_argument_named_by_default_is_after() -> None:
     error = refusal(decode_cursor, "run", "!!!")
     assert error.field == "after"
+
+
+def test_ids_and_cursors_of_any_length_are_refused_naming_the_argument() -> None:
+    assert refusal(parse_id, "9" * 5_000, "id").field == "id"
+    assert refusal(decode_cursor, "run", "A" * 10_000).field == "after"
+    long_id = base64.urlsafe_b64encode(("run:" + "9" * 5_000).encode()).decode()
+    assert refusal(decode_cursor, "run", long_id).field == "after"

@@ -10,7 +10,8 @@
           its socket (socket.py) behind the operation's own id.
 
 Every subscription field is a `Feed` (feeds.py) on the bus: `runEvents`, `budget`,
-`budgetAlerts`, `runSteps` (which also replays what happened before it joined). One overflow
+`budgetAlerts`, `toolApprovals`, `runSteps` (which also replays what happened before it
+joined). One overflow
 rule: a queue that would exceed its bound ends with SUBSCRIBER_TOO_SLOW (queue.py).
 
 Adding a feed (e.g. `toolApprovals`): (1) a `Topic` and a channel decoder in `bus.py` that turns
@@ -31,7 +32,15 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.live.audience import AudienceIndex
-from agent_engine.api.live.bus import LiveBus, RunEvent, StepEvent, Store, Subscription, Topic
+from agent_engine.api.live.bus import (
+    ApprovalChange,
+    LiveBus,
+    RunChange,
+    StepEvent,
+    Store,
+    Subscription,
+    Topic,
+)
 from agent_engine.api.live.feeds import NO_USER_ID, SKIP, Audience, Feed
 from agent_engine.api.live.groups import Broadcaster
 from agent_engine.api.live.postgres import PostgresSource, PostgresStore
@@ -85,6 +94,7 @@ __all__ = [
     "NO_USER_ID",
     "SKIP",
     "SUBSCRIBER_TOO_SLOW",
+    "ApprovalChange",
     "Audience",
     "AudienceIndex",
     "BoundedQueue",
@@ -93,7 +103,7 @@ __all__ = [
     "GroupedTransportWSHandler",
     "LiveBus",
     "LiveUpdates",
-    "RunEvent",
+    "RunChange",
     "SharedStream",
     "SocketOperation",
     "StepEvent",

@@ -4,7 +4,7 @@ Topics (`Topic`):
 
 - `runs` -- a run was inserted or changed state. A burst of notifications is loaded in one read
   (`Store.load_runs`), only for runs somebody here may see, and each subscriber gets the row as
-  it was at *its* transition (`RunEvent`: the event's state, later fields blanked).
+  it was at *its* transition (`RunChange`: the event's state, later fields blanked).
 - `alerts` -- a budget alert was recorded; the NOTIFY carries the whole row: no read.
 - `steps` -- one run's transcript changed. Per watched run there is one `StepReader`: a change
   wakes it, it reads the run's changed steps once (`Store.steps_since`) and hands the rows to
@@ -36,7 +36,8 @@ import structlog
 
 from agent_engine.api.live.audience import AudienceIndex
 from agent_engine.api.live.queue import BoundedQueue
-from agent_engine.db.alerts import BudgetAlert
+from agent_engine.db import approvals as approvals_db
+from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS, LIVE_READS
 
@@ -49,13 +50,15 @@ class Topic(StrEnum):
     RUNS = "runs"
     ALERTS = "alerts"
     STEPS = "steps"
+    APPROVALS = "approvals"
 
 
 # The NOTIFY channels the bus hears (on the one LISTEN connection of the api process).
 RUNS_CHANNEL = "agent_run_events"
 STEPS_CHANNEL = "agent_run_steps"
 ALERTS_CHANNEL = "budget_alert_events"
-CHANNELS = (RUNS_CHANNEL, STEPS_CHANNEL, ALERTS_CHANNEL)
+APPROVALS_CHANNEL = approvals_db.CHANNEL
+CHANNELS = (RUNS_CHANNEL, STEPS_CHANNEL, ALERTS_CHANNEL, APPROVALS_CHANNEL)
 
 # Fields that only exist once a run reached a later state than the event shows.
 _LATER_FIELDS_BY_STATE = {
@@ -65,7 +68,16 @@ _LATER_FIELDS_BY_STATE = {
 
 
 @dataclass(frozen=True)
-class RunEvent:
+class ApprovalChange:
+    """A write to `tool_approvals` (requested, decided, expired, cancelled): ids only."""
+
+    id: int
+    owner_id: int
+    agent_id: None = None
+
+
+@dataclass(frozen=True)
+class RunChange:
     run: dict[str, Any]
     previous_state: str | None
     owner_id: int
@@ -253,6 +265,7 @@ class LiveBus:
         self._index: dict[Topic, AudienceIndex[Subscription[Any]]] = {
             Topic.RUNS: AudienceIndex(),
             Topic.ALERTS: AudienceIndex(),
+            Topic.APPROVALS: AudienceIndex(),
         }
         self._readers: dict[int, StepReader] = {}
         self._notes: list[dict[str, Any]] = []
@@ -263,6 +276,7 @@ class LiveBus:
             RUNS_CHANNEL: self.run_changed,
             STEPS_CHANNEL: self.step_changed,
             ALERTS_CHANNEL: self.alert_recorded,
+            APPROVALS_CHANNEL: self.approval_changed,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -398,6 +412,12 @@ class LiveBus:
     def alert_recorded(self, payload: dict[str, Any]) -> None:
         self.publish(Topic.ALERTS, alert_from_payload(payload))
 
+    def approval_changed(self, payload: dict[str, Any]) -> None:
+        self.publish(
+            Topic.APPROVALS,
+            ApprovalChange(id=int(payload["id"]), owner_id=int(payload["owner_id"])),
+        )
+
     def publish(self, topic: Topic, event: Any) -> None:
         """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it."""
         for subscription in self._index[topic].audience(event.owner_id):
@@ -443,7 +463,7 @@ class LiveBus:
             # Taken again after the await: subscriptions may have come or gone meanwhile.
             self.publish(
                 Topic.RUNS,
-                RunEvent(
+                RunChange(
                     run=_as_of(row, str(note["state"])),
                     previous_state=note.get("previous_state"),
                     owner_id=note["owner_id"],
@@ -463,9 +483,9 @@ def _as_of(row: dict[str, Any], state: str) -> dict[str, Any]:
     return shown
 
 
-def alert_from_payload(payload: dict[str, Any]) -> BudgetAlert:
+def alert_from_payload(payload: dict[str, Any]) -> BudgetAlertRow:
     """The alert from the trigger's JSON (timestamps in ISO 8601 with their offset)."""
-    return BudgetAlert(
+    return BudgetAlertRow(
         id=int(payload["id"]),
         owner_id=int(payload["owner_id"]),
         window_start=datetime.fromisoformat(str(payload["window_start"])),

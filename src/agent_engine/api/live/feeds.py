@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent_engine.api.auth import Viewer
+from agent_engine.api.auth import Caller
 
 if TYPE_CHECKING:
     from agent_engine.api.context import Context
@@ -55,12 +55,12 @@ class Audience:
     is_admin: bool
 
     @classmethod
-    def of(cls, viewer: Viewer) -> Audience:
+    def of(cls, viewer: Caller) -> Audience:
         return cls(None, True) if viewer.is_admin else cls(viewer.user_id, False)
 
-    def viewer(self) -> Viewer:
+    def viewer(self) -> Caller:
         user_id = NO_USER_ID if self.user_id is None else self.user_id
-        return Viewer(
+        return Caller(
             user_id=user_id, is_admin=self.is_admin, email=None, display_name=None, timezone=None
         )
 

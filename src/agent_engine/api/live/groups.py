@@ -22,7 +22,7 @@ from graphql import (
 from graphql.execution import Executor
 from strawberry.execution.is_awaitable import optimized_is_awaitable
 
-from agent_engine.api.auth import Viewer
+from agent_engine.api.auth import Caller
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import client_error
 from agent_engine.api.live.feeds import SKIP, Audience, Feed, Shown
@@ -284,7 +284,7 @@ class Broadcaster:
         feed: Feed,
         schema: strawberry.Schema,
         operation: SocketOperation,
-        viewer: Viewer,
+        viewer: Caller,
         context: Context,
     ) -> Member:
         audience = Audience.of(viewer)

@@ -12,19 +12,23 @@ import strawberry
 
 from agent_engine.api.mutations.admin import AdminMutation
 from agent_engine.api.mutations.agents import AgentMutation
+from agent_engine.api.mutations.approvals import ApprovalMutation
 from agent_engine.api.mutations.delivery import AgentDeliveryMutation, DeliveryTargetMutation
 from agent_engine.api.mutations.runs import RunMutation
 from agent_engine.api.mutations.settings import SettingsMutation
+from agent_engine.api.mutations.tool_sources import ToolSourceMutation
 
 
 @strawberry.type
 class Mutation(
     AgentMutation,
     RunMutation,
+    ApprovalMutation,
     AgentDeliveryMutation,
     AdminMutation,
     DeliveryTargetMutation,
     SettingsMutation,
+    ToolSourceMutation,
 ):
     """The schema lists the fields in the order of these bases."""
 

@@ -13,7 +13,12 @@ from agent_engine.api.errors import BadUserInput, Conflict
 from agent_engine.api.guards import MODEL_FIELD_MAX_CHARS, checked_text
 from agent_engine.api.ids import parse_id
 from agent_engine.api.inputs import AgentModelInput
-from agent_engine.api.mutations.common import fresh_agent, transaction
+from agent_engine.api.mutations.common import (
+    CONTENDED_RETRIES,
+    contended,
+    fresh_agent,
+    transaction,
+)
 from agent_engine.api.mutations.validation import checked_base_url, price_changes
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.types.agents import Agent
@@ -132,8 +137,16 @@ class AdminMutation:
     async def remove_agent_model(self, info: Info, id: strawberry.ID) -> strawberry.ID:
         viewer = info.context.require_admin()
         model_id = parse_id(id, "id")
-        async with transaction(info) as conn:
-            await admin_service.remove_model(conn, model_id, actor_id=viewer.user_id)
+        # The removal writes every agent of the model: should PostgreSQL still pick it as a
+        # deadlock's victim against another multi-row write, it is tried again.
+        for attempt in range(1, CONTENDED_RETRIES + 1):
+            try:
+                async with transaction(info) as conn:
+                    await admin_service.remove_model(conn, model_id, actor_id=viewer.user_id)
+                break
+            except Conflict as exc:
+                if attempt == CONTENDED_RETRIES or not contended(exc):
+                    raise
         return strawberry.ID(str(model_id))
 
     @described_mutation(description="Admin only.")

@@ -16,9 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents import admin as admin_service
 from agent_engine.agents import definitions, deletion
-from agent_engine.agents.errors import ModelMissing, ToolsNotAllowed, TooManyAgents
+from agent_engine.agents.errors import ModelMissing, ToolsNotAllowed, TooManyAgents, UnderReview
 from agent_engine.api.access import is_owner
-from agent_engine.api.errors import BadUserInput
+from agent_engine.api.errors import BadUserInput, Forbidden
 from agent_engine.api.guards import (
     DESCRIPTION_MAX_CHARS,
     NAME_MAX_CHARS,
@@ -147,8 +147,18 @@ class AgentMutation:
         agent_id = parse_id(id, "id")
         found = await owned_agent(info, agent_id, "delete it")
         async with transaction(info) as conn:
-            await deletion.delete_agent(conn, agent_id, now=info.context.now)
-            if not is_owner(viewer, found.user_id):  # an admin deleting another's: audited
+            try:
+                await deletion.delete_agent(
+                    conn,
+                    agent_id,
+                    now=info.context.now,
+                    by_admin=viewer.is_admin,
+                    database_clock=True,
+                )
+            except UnderReview as exc:
+                raise Forbidden(str(exc), lock="ADMIN_PAUSED") from exc
+            if not is_owner(viewer, found.user_id) or found.admin_paused:
+                # An admin deleting another's agent, or one under review: audited.
                 await admin_service.record_agent_deleted(
                     conn,
                     agent_id,

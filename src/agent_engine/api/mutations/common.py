@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents.errors import Contended, Missing
@@ -30,6 +30,26 @@ async def transaction(info: Info) -> AsyncIterator[AsyncConnection]:
     except IntegrityError as exc:
         # A concurrent write removed or changed a referenced row between our checks and writes.
         raise Conflict("the data changed concurrently; reload and retry") from exc
+    except DBAPIError as exc:
+        # PostgreSQL chose this transaction as a deadlock's (or serialization's) victim: nothing
+        # was written, the client may simply try again.
+        if not contended(exc):
+            raise
+        raise Conflict("a concurrent change got in the way; nothing was written, retry") from exc
+
+
+# Deadlock detected, serialization failure: the transaction was rolled back, a retry may succeed.
+_CONTENDED_SQLSTATES = frozenset({"40P01", "40001"})
+CONTENDED_RETRIES = 3
+
+
+def contended(exc: BaseException) -> bool:
+    """Whether the database rolled the transaction back for a concurrent one (worth a retry)."""
+    while exc is not None:
+        if getattr(exc, "sqlstate", None) in _CONTENDED_SQLSTATES:
+            return True
+        exc = getattr(exc, "orig", None) or exc.__cause__  # type: ignore[assignment]
+    return False
 
 
 async def fresh_agent(info: Info, conn: AsyncConnection, agent_id: int) -> Agent:

@@ -39,6 +39,7 @@ class RunMutation:
                 now=info.context.now,
                 enqueue=info.context.enqueue,
                 send_wait_seconds=info.context.settings.broker_timeout_seconds,
+                database_clock=True,
             )
         except run_request.AgentNotFound as exc:
             raise NotFound("agent", ident) from exc
@@ -65,7 +66,6 @@ class RunMutation:
             row = await run_cancel.cancel_run(
                 info.context.engine,
                 ident,
-                now=info.context.now,
                 error=f"cancelled by {by}",
                 # An admin cancelling another owner's run is an admin action.
                 audited_actor_id=None if is_owner(viewer, owner) else viewer.user_id,

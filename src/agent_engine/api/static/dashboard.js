@@ -210,7 +210,7 @@
   const state = {
     token: null,
     viewer: null,
-    features: { forecast: false, adminSpend: false },
+    features: { forecast: false, adminSpend: false, approvals: false },
     agents: new Map(), // id → agent
     feed: new Map(), // run id → { run, node }
     socket: null,
@@ -232,15 +232,23 @@
     const forecast = state.features.forecast
       ? "forecast { projectedTokens exhaustsAt agentsWithoutHistory }"
       : "";
+    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    const approvals = state.features.approvals
+      ? `approvals: toolApprovals(first: 50, status: PENDING) {
+          edges { node { id input expiresAt tool { name } run { id }
+                         agent { id name owner { id } } } }
+        }`
+      : "";
     return `query DashboardOwner {
       viewer {
         agents {
           id name status nextRunAt adminPauseNote
-          activeRun { ${RUN_FIELDS} }
+          activeRun { ${RUN_FIELDS} ${waiting} }
           lastRun { ${RUN_FIELDS} }
         }
         budget { usedTokens capTokens remainingTokens exceeded windowStart windowEnd ${forecast} }
       }
+      ${approvals}
     }`;
   }
 
@@ -265,9 +273,14 @@
     }`;
   }
 
-  const RUN_EVENTS = `subscription DashboardRunEvents {
-    runEvents { previousState run { ${RUN_FIELDS} agent { id name owner { id displayName email } } } }
-  }`;
+  function runEventsQuery() {
+    // A parked run (a tool call waiting for its owner) comes as RUNNING → RUNNING with it set.
+    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    return `subscription DashboardRunEvents {
+      runEvents { previousState run { ${RUN_FIELDS} ${waiting}
+        agent { id name owner { id displayName email } } } }
+    }`;
+  }
 
   // --- sign in / out ----------------------------------------------------------------------------
 
@@ -298,6 +311,7 @@
       const [features, viewer] = [await gql(FEATURES_QUERY), await gql(VIEWER_QUERY)];
       state.features.forecast = hasField(features.budget, "forecast");
       state.features.adminSpend = hasField(features.query, "adminSpend");
+      state.features.approvals = hasField(features.query, "toolApprovals");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -349,7 +363,7 @@
       onDown: () => setLive("reconnecting", "reconnecting…"),
       onRejected: (reason) => signOut(`The live connection was refused: ${reason}`),
     });
-    state.socket.subscribe(RUN_EVENTS, {}, {
+    state.socket.subscribe(runEventsQuery(), {}, {
       next: (payload) => {
         if (payload.errors && payload.errors.length) {
           showError(new GraphQLError(payload.errors[0]));
@@ -362,6 +376,74 @@
       },
       error: (errors) => showError(new GraphQLError(errors[0] || { message: "subscription error" })),
     });
+    if (state.features.approvals) {
+      // A run parks (or an approval is decided, expires or is cancelled): re-query.
+      state.socket.subscribe(TOOL_APPROVALS, {}, {
+        next: () => refreshSoon(),
+        error: (errors) =>
+          showError(new GraphQLError(errors[0] || { message: "subscription error" })),
+      });
+    }
+  }
+
+  const TOOL_APPROVALS = `subscription DashboardApprovals { toolApprovals { id status } }`;
+
+  // The viewer's own waiting calls (an admin sees every owner's, but decides only their own).
+  function renderApprovals(approvals) {
+    const mine = approvals.filter(
+      (approval) => approval.agent.owner.id === state.viewer.user.id,
+    );
+    const rows = mine.map((approval) => {
+      const note = el("input", {
+        type: "text",
+        placeholder: "optional note",
+        "aria-label": "note",
+        maxlength: "1000",
+      });
+      return el(
+        "tr",
+        { "data-approval-id": approval.id, "data-run-id": approval.run.id },
+        el("td", { text: `#${approval.run.id}` }),
+        el("td", { text: approval.agent.name }),
+        el("td", { text: approval.tool.name }),
+        el("td", {}, el("code", { text: JSON.stringify(approval.input) })),
+        el("td", {}, when(approval.expiresAt)),
+        el("td", {}, note),
+        el(
+          "td",
+          {},
+          el("button", {
+            type: "button",
+            text: "Approve",
+            "data-action": "approve",
+            onclick: () => decide(approval, true, note.value),
+          }),
+          " ",
+          el("button", {
+            type: "button",
+            text: "Decline",
+            "data-action": "decline",
+            onclick: () => decide(approval, false, note.value),
+          }),
+        ),
+      );
+    });
+    replaceRows($("#approvals tbody"), rows);
+    $("#approvals-panel").hidden = mine.length === 0;
+  }
+
+  async function decide(approval, approve, note) {
+    try {
+      await gql(
+        `mutation DashboardDecide($id: ID!, $approve: Boolean!, $note: String) {
+          decideToolCall(approvalId: $id, approve: $approve, note: $note) { id status }
+        }`,
+        { id: approval.id, approve, note: note.trim() || null },
+      );
+    } catch (error) {
+      showError(new Error(`${approval.tool.name}: ${error.message}`));
+    }
+    refreshSoon();
   }
 
   function upsertFeed(run, agent) {
@@ -372,7 +454,8 @@
       { "data-run-id": run.id, "data-state": run.state },
       el("span", { class: "run-id", text: `#${run.id}` }),
       el("span", { class: "agent", text: agent ? agent.name : "" }),
-      pill(run.state),
+      run.pendingApproval ? pill("WAITING") : pill(run.state),
+      run.pendingApproval ? el("span", { class: "meta", text: "waiting for your approval" }) : null,
       run.reason ? el("span", { class: "meta", text: run.reason.toLowerCase() }) : null,
       el("span", { class: "meta", text: `${number(run.tokensUsed)} tokens` }),
       el("span", { class: "meta" }, when(run.finishedAt || run.startedAt || run.createdAt)),
@@ -437,6 +520,7 @@
     const data = await gql(ownerQuery());
     renderAgents(data.viewer.agents);
     renderBudget(data.viewer.budget);
+    if (data.approvals) renderApprovals(data.approvals.edges.map((edge) => edge.node));
     for (const agent of data.viewer.agents) {
       for (const run of [agent.lastRun, agent.activeRun]) if (run) upsertFeed(run, agent);
     }

@@ -1,6 +1,8 @@
-"""An agent and its journal of runs.
+"""An agent and its journal of runs, each run's transcript (steps) and its write-tool approvals.
 
-One module: an agent serves its runs and a run serves its agent.
+One module: an agent serves its runs, a run serves its agent, its steps and its pending approval,
+and an approval serves its run and agent (types that name each other live together, so the
+package has no import cycle).
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ from agent_engine.api.scalars import DecimalText, decimal_text_or_none
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.delivery import Delivery, DeliveryTarget
 from agent_engine.api.types.schedules import Schedule, schedule_from_json
-from agent_engine.api.types.transcript import RunStep, viewer_owns_run
 from agent_engine.api.types.users import User, existing_user, owner_zone
 from agent_engine.db.agents import AgentRow
+from agent_engine.db.approvals import ApprovalRow
 from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.domain import gate
-from agent_engine.domain.runs import RunReason, RunState, RunTrigger
+from agent_engine.domain.mcp import ApprovalStatus, ToolAccess
+from agent_engine.domain.runs import RunReason, RunState, RunStepKind, RunTrigger
 from agent_engine.domain.schedule import next_slots, parse_schedule
 from agent_engine.runtime.tools.registry import core_tools
 
@@ -113,6 +117,18 @@ class Run:
             viewer_owns_run(info, self.row),
         )
         return [RunStep.from_row(r, owner_view=owner_view) for r in rows]
+
+    @described(
+        description=(
+            "The approval this RUNNING run is parked on (no worker holds it meanwhile); null "
+            "otherwise."
+        )
+    )
+    async def pending_approval(self, info: Info) -> ToolApproval | None:
+        if self.row.state != RunState.RUNNING:
+            return None
+        row = await info.context.loaders.pending_approval.load(self.row.id)
+        return None if row is None else ToolApproval.from_row(row)
 
     @described(description="One per delivery target attached to the agent when the run finished.")
     async def deliveries(self, info: Info) -> list[Delivery]:
@@ -285,6 +301,14 @@ class Agent:
         rows = await info.context.loaders.tools_of_agent.load(self.row.id)
         return [Tool.from_row(r) for r in rows]
 
+    @described(
+        description="WRITE tools of its selection that run without asking the owner "
+        "(setToolAutoApproved)."
+    )
+    async def auto_approved_tools(self, info: Info) -> list[Tool]:
+        rows = await info.context.loaders.auto_approved_of_agent.load(self.row.id)
+        return [Tool.from_row(r) for r in rows]
+
     @described(description="The unfinished (queued or running) run, if any.")
     def active_run(self, info: Info) -> Run | None:
         if self.relations is not None:
@@ -353,3 +377,144 @@ AgentConnection = Connection[Agent]
 class RunEvent:
     run: Run
     previous_state: RunState | None
+
+
+# --- a run's transcript ---------------------------------------------------------------------
+
+
+@strawberry.type
+class RunStep:
+    row: strawberry.Private[StepRow]
+    index: int = strawberry.field(description="0, 1, 2 … in the order the steps started.")
+    kind: RunStepKind
+    name: str = strawberry.field(
+        description="The model name for MODEL_CALL, the tool name for TOOL_CALL."
+    )
+    input: JSON | None = strawberry.field(
+        description="TOOL_CALL: the arguments the model sent. Owner only."
+    )
+    output: str | None = strawberry.field(
+        description=(
+            "MODEL_CALL: the assistant text (may be empty when it only called tools); TOOL_CALL: "
+            "the result as the model saw it (bounded). Owner only."
+        )
+    )
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: StepRow, *, owner_view: bool) -> RunStep:
+        """`owner_view`: the viewer owns the run; inputs and outputs were read with the owner's
+        access and are the owner's alone."""
+        return cls(
+            row=row,
+            index=row.index,
+            kind=RunStepKind(row.kind),
+            name=row.name,
+            input=row.input if owner_view else None,
+            output=row.output if owner_view else None,
+            error=row.error,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+        )
+
+    @described(
+        description="TOOL_CALL of a WRITE tool: the owner's approval (null when auto-approved)."
+    )
+    async def approval(self, info: Info) -> ToolApproval | None:
+        if self.row.kind != RunStepKind.TOOL_CALL:
+            return None
+        for approval in await info.context.loaders.approvals_of_run.load(self.row.run_id):
+            if approval.step_index == self.row.index:
+                return ToolApproval.from_row(approval)
+        return None
+
+
+async def viewer_owns_run(info: Info, run_row: RunRow) -> bool:
+    """Whether the viewer is the owner of the run's agent (batched through the agent loader)."""
+    viewer = info.context.viewer
+    if viewer is None:
+        return False
+    agent = await info.context.loaders.agent.load(run_row.agent_id)
+    return agent is not None and agent.user_id == viewer.user_id
+
+
+# --- write-tool approvals --------------------------------------------------------------------
+
+
+@strawberry.type(description="A WRITE tool call waiting for, or decided by, the run's owner.")
+class ToolApproval:
+    row: strawberry.Private[ApprovalRow]
+    id: strawberry.ID
+    status: ApprovalStatus
+    requested_at: datetime
+    expires_at: datetime = strawberry.field(
+        description=(
+            "PENDING becomes EXPIRED at this time (AGENT_ENGINE_APPROVAL_TIMEOUT_SECONDS after "
+            "the request)."
+        )
+    )
+    decided_at: datetime | None
+    note: str | None = strawberry.field(
+        description="The owner's note with the decision; the model sees it with a decline."
+    )
+
+    @classmethod
+    def from_row(cls, row: ApprovalRow) -> ToolApproval:
+        return cls(
+            row=row,
+            id=strawberry.ID(str(row.id)),
+            status=ApprovalStatus(row.status),
+            requested_at=row.requested_at,
+            expires_at=row.expires_at,
+            decided_at=row.decided_at,
+            note=row.note,
+        )
+
+    @described(description="The arguments the model sent. Owner only.")
+    def input(self, info: Info) -> JSON | None:
+        viewer = info.context.viewer
+        if viewer is None or viewer.user_id != self.row.owner_id:
+            return None
+        value: JSON = self.row.input
+        return value
+
+    @strawberry.field
+    async def run(self, info: Info) -> Run:
+        row = await info.context.loaders.run.load(self.row.run_id)
+        if row is None:
+            raise NotFound("run", self.row.run_id)
+        return Run.from_row(row, owner_id=self.row.owner_id)
+
+    @strawberry.field
+    async def agent(self, info: Info) -> Agent:
+        row = await info.context.loaders.agent.load(self.row.agent_id)
+        if row is None:
+            raise NotFound("agent", self.row.agent_id)
+        return Agent.from_row(row)
+
+    @strawberry.field
+    async def tool(self, info: Info) -> Tool:
+        if self.row.tool_id is not None:
+            row = await info.context.loaders.tool.load(self.row.tool_id)
+            if row is not None:
+                return Tool.from_row(row)
+        # The tool left the catalog since (its source was removed): its name remains.
+        return Tool.from_row(
+            ToolRow(
+                id=0,
+                name=self.row.tool_name,
+                description="no longer in the catalog",
+                agents_allowed=False,
+                created_at=self.row.requested_at,
+                access=str(ToolAccess.WRITE),
+            )
+        )
+
+
+ToolApprovalConnection = Connection[ToolApproval]

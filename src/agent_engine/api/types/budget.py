@@ -136,7 +136,7 @@ class BudgetAlert:
     crossed_at: datetime
 
     @classmethod
-    def from_value(cls, alert: alert_rows.BudgetAlert) -> BudgetAlert:
+    def from_value(cls, alert: alert_rows.BudgetAlertRow) -> BudgetAlert:
         return cls(
             owner_id=alert.owner_id,
             id=strawberry.ID(str(alert.id)),

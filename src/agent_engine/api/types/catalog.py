@@ -1,13 +1,19 @@
-"""What admins curate for every owner: the allowed models, the tools and the platform settings."""
+"""What admins curate for every owner: the allowed models, the tools (and the MCP sources some
+come from) and the platform settings."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import strawberry
+from strawberry.scalars import JSON
 
 from agent_engine.api.resolvers import Info, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
 from agent_engine.db.catalog import AgentModelRow, ToolRow
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
+from agent_engine.db.tool_sources import ToolSourceRow
+from agent_engine.domain.mcp import ToolAccess
 
 
 @strawberry.type
@@ -70,19 +76,50 @@ class AgentModel:
 
 @strawberry.type
 class Tool:
+    row: strawberry.Private[ToolRow]
     id: strawberry.ID
-    name: str
+    name: str = strawberry.field(
+        description=(
+            "The name the model calls it by. For an MCP tool: <ToolSource.name>__<the server's "
+            "tool name>."
+        )
+    )
     description: str
     agents_allowed: bool
+    access: ToolAccess
+    input_schema: JSON | None = strawberry.field(
+        description=(
+            "The JSON Schema of the tool's arguments (MCP inputSchema); null for the engine's own "
+            "tools."
+        )
+    )
 
     @classmethod
     def from_row(cls, row: ToolRow) -> Tool:
         return cls(
+            row=row,
             id=strawberry.ID(str(row.id)),
             name=row.name,
             description=row.description,
             agents_allowed=row.agents_allowed,
+            access=ToolAccess(row.access),
+            input_schema=row.input_schema,
         )
+
+    @described(description="The MCP source's name; null for the engine's own tools.")
+    async def source_name(self, info: Info) -> str | None:
+        if self.row.source_id is None:
+            return None
+        source = await info.context.loaders.tool_source.load(self.row.source_id)
+        return None if source is None else source.name
+
+    @described(description="Admins only (null for everyone else).")
+    async def source(self, info: Info) -> ToolSource | None:
+
+        if self.row.source_id is None or not viewer_is_admin(info):
+            return None
+        source = await info.context.loaders.tool_source.load(self.row.source_id)
+        return None if source is None else ToolSource.from_row(source)
 
 
 @strawberry.type
@@ -118,3 +155,48 @@ class PlatformSettings:
             budget_alert_percents=list(value.budget_alert_percents),
             run_retention_days=value.run_retention_days,
         )
+
+
+@strawberry.type(
+    description=(
+        "An MCP server (Streamable HTTP transport) whose tools join the catalog. Admins only."
+    )
+)
+class ToolSource:
+    row: strawberry.Private[ToolSourceRow]
+    id: strawberry.ID
+    name: str = strawberry.field(
+        description=(
+            "Lowercase letters, digits and _ (^[a-z][a-z0-9_]{0,31}$); prefixes its tools' names."
+        )
+    )
+    url: str
+    auth_env: str | None = strawberry.field(
+        description=(
+            "Name of the environment variable (on the workers and api) holding the bearer "
+            "credential sent to the server; null = none."
+        )
+    )
+    enabled: bool
+    last_synced_at: datetime | None
+    last_error: str | None = strawberry.field(
+        description="Why the last sync failed; null after a successful one."
+    )
+
+    @classmethod
+    def from_row(cls, row: ToolSourceRow) -> ToolSource:
+        return cls(
+            row=row,
+            id=strawberry.ID(str(row.id)),
+            name=row.name,
+            url=row.url,
+            auth_env=row.auth_env,
+            enabled=row.enabled,
+            last_synced_at=row.last_synced_at,
+            last_error=row.last_error,
+        )
+
+    @described(description="Its tools in the catalog, allowed or not.")
+    async def tools(self, info: Info) -> list[Tool]:
+        rows = await info.context.loaders.tools_of_source.load(self.row.id)
+        return [Tool.from_row(row) for row in rows]

@@ -7,7 +7,15 @@ trigger function is in schema/database.sql.
 
 from __future__ import annotations
 
-from agent_engine.db.models import agents, budget, delivery, neighbours, operators, runs
+from agent_engine.db.models import (
+    agents,
+    budget,
+    delivery,
+    neighbours,
+    operators,
+    runs,
+    tool_sources,
+)
 from agent_engine.db.models.base import Base
 
 # Table names by Alembic branch: the neighbours' stand-ins, and the engine's own.
@@ -31,6 +39,8 @@ ENGINE_TABLES = (
     "delivery_targets",
     "agent_delivery_targets",
     "run_deliveries",
+    "tool_sources",
+    "tool_approvals",
 )
 
 __all__ = [
@@ -43,4 +53,5 @@ __all__ = [
     "neighbours",
     "operators",
     "runs",
+    "tool_sources",
 ]

@@ -89,3 +89,7 @@ class AgentTool(Base):
         BigInteger, ForeignKey("tools.id", ondelete="CASCADE"), nullable=False, index=True
     )
     created_at: Mapped[datetime] = created_at()
+    # A WRITE tool the owner lets run without asking (setToolAutoApproved; e0007_mcp_tools).
+    auto_approved: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false")
+    )

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     Numeric,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
@@ -81,6 +82,12 @@ class AgentModel(Base):
 
 class Tool(Base):
     __tablename__ = "tools"
+    __table_args__ = (
+        CheckConstraint("access IN ('read', 'write')", name="access"),
+        # An MCP tool has both its source and the server's name for it; the engine's own neither.
+        CheckConstraint("(source_id IS NULL) = (remote_name IS NULL)", name="source_remote_name"),
+        UniqueConstraint("source_id", "remote_name"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
     name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
@@ -89,6 +96,14 @@ class Tool(Base):
         Boolean, nullable=False, server_default=text("false")
     )
     created_at: Mapped[datetime] = created_at()
+    # MCP tools (e0007_mcp_tools): the source (its removal takes its tools, and with them the
+    # agents' selections), the server's own name, the arguments' JSON schema, READ or WRITE.
+    source_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("tool_sources.id", ondelete="CASCADE")
+    )
+    remote_name: Mapped[str | None] = mapped_column(Text)
+    input_schema: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    access: Mapped[str] = mapped_column(Text, nullable=False, server_default="read")
 
 
 class PlatformSetting(Base):

@@ -121,6 +121,9 @@ class AgentRun(Base):
     completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     # Fixed when the run finishes, from its model's prices then (trigger); NULL = not priced.
     cost: Mapped[Decimal | None] = mapped_column(Numeric)
+    # Set while the run waits for its owner's approval of a write-tool call (no worker holds it;
+    # the reaper and the wall-clock limit leave it alone); NULL otherwise. e0007_mcp_tools.
+    parked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AgentRunStep(Base):

@@ -5,6 +5,10 @@ protocol as a real model it (1) calls `search_knowledge` with the owner's prompt
 `read_document` for the best hits, and (3) answers with a cited digest: an excerpt of each
 document, then a numbered source list ("[1] Title (document 12)"). Same inputs, same output.
 Usage is an estimate (~4 characters a token) so weekly budgets apply to it like to any model.
+
+For demos of other tools, a prompt may instead hold directives, one a line:
+`/call <tool name> <JSON arguments>`. The provider then calls each directive's tool in turn (an
+MCP ticket tool, say) and answers with what each tool said -- still no language model.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ _DOCUMENT_HEADER = re.compile(r"\ADocument (\d+): (.*)$", re.MULTILINE)
 _MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _MARKUP = re.compile(r"(^|\s)#{1,6}\s+|[*_`>]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_DIRECTIVE = re.compile(r"^\s*/call\s+(\S+)\s*(.*)$", re.MULTILINE)
+DIRECTIVE_CALL_PREFIX = "builtin_call_"
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,9 @@ class _Source:
 class BuiltinProvider:
     async def complete(self, request: ModelRequest) -> ModelReply:
         offered = {tool["function"]["name"] for tool in request.tools if "function" in tool}
+        directives = _DIRECTIVE.findall(request.owner_prompt)
+        if directives:
+            return self._directives(request, directives, offered)
         query = _query(request)
         step = sum(1 for m in request.messages if m.get("role") == "assistant")
         calls, results = _tool_history(request.messages)
@@ -82,6 +91,22 @@ class BuiltinProvider:
                 ],
             )
         return self._answer(request, _digest(query, hits, reads))
+
+    def _directives(
+        self, request: ModelRequest, directives: list[tuple[str, str]], offered: set[str]
+    ) -> ModelReply:
+        """Call each `/call` directive's tool in turn, then report what each one answered."""
+        calls, results = _tool_history(request.messages)
+        made = [i for i in calls if i.startswith(DIRECTIVE_CALL_PREFIX)]
+        if len(made) < len(directives):
+            name, arguments = directives[len(made)]
+            if name not in offered:
+                return self._answer(request, f"The tool {name} is not available to this agent.")
+            step = len(made)
+            call = ToolCall(f"{DIRECTIVE_CALL_PREFIX}{step}", name, arguments.strip() or "{}")
+            return self._call(request, [call])
+        lines = [f"{calls[i][0]}: {results.get(i, '(no answer)')}" for i in made]
+        return self._answer(request, "\n".join(["Tool results:", *lines, "", FOOTER]))
 
     async def aclose(self) -> None:
         return None

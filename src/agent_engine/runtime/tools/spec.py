@@ -45,6 +45,9 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     handler: ToolHandler
+    # An MCP tool (runtime.tools.mcp.McpTool): called on its server, arguments checked against
+    # its full JSON Schema; None for the engine's own tools.
+    mcp: McpTool | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as offered in a Chat Completions request."""
@@ -56,3 +59,39 @@ class ToolSpec:
                 "parameters": self.parameters,
             },
         }
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """An allowed MCP tool of the agent's selection, with where and how to call it."""
+
+    id: int
+    name: str  # the catalog name the model calls: <source>__<tool>
+    description: str
+    input_schema: dict[str, Any]
+    access: str  # "read" | "write"
+    remote_name: str
+    source: str
+    url: str
+    auth_env: str | None
+    auto_approved: bool
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> McpTool:
+        schema = value.get("input_schema")
+        return cls(
+            id=int(value["id"]),
+            name=str(value["name"]),
+            description=str(value.get("description") or ""),
+            input_schema=schema if isinstance(schema, dict) else {"type": "object"},
+            access=str(value.get("access") or "write"),
+            remote_name=str(value["remote_name"]),
+            source=str(value["source"]),
+            url=str(value["url"]),
+            auth_env=value.get("auth_env"),
+            auto_approved=bool(value.get("auto_approved")),
+        )
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.access != "read" and not self.auto_approved

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.api.live import LiveUpdates, RunEvent, Subscription, Topic
+from agent_engine.api.live import LiveUpdates, RunChange, Subscription, Topic
 from tests.conftest import Servers
 from tests.support.factories import Factories
 
@@ -17,11 +17,11 @@ from tests.support.factories import Factories
 class Reader:
     """A subscription's events one at a time."""
 
-    def __init__(self, subscription: Subscription[RunEvent]) -> None:
+    def __init__(self, subscription: Subscription[RunChange]) -> None:
         self.subscription = subscription
-        self.ready: list[RunEvent] = []
+        self.ready: list[RunChange] = []
 
-    async def next(self, seconds: float = 5.0) -> RunEvent:
+    async def next(self, seconds: float = 5.0) -> RunChange:
         if not self.ready:
             self.ready = await asyncio.wait_for(self.subscription.queue.take(), seconds)
         return self.ready.pop(0)

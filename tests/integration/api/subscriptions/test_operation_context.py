@@ -1,5 +1,5 @@
 """Every operation on a WebSocket is a request of its own: its own clock, its own loaders, the
-viewer checked again (issue 22.5)."""
+viewer checked again."""
 
 from __future__ import annotations
 

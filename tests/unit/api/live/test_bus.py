@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent_engine.api.live import LiveBus, RunEvent, StepEvent, Subscription, Topic
+from agent_engine.api.live import LiveBus, RunChange, StepEvent, Subscription, Topic
 from agent_engine.api.live.bus import ALERTS_CHANNEL, RUNS_CHANNEL, STEPS_CHANNEL
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from tests.unit.api.live.support import MemoryStore
@@ -64,7 +64,7 @@ async def test_a_burst_is_loaded_once_and_each_sees_its_own_transition(
     bus.notify(RUNS_CHANNEL, run_note(1, 7, "queued"))
     bus.notify(RUNS_CHANNEL, run_note(1, 7, "running", "queued"))
 
-    seen: list[RunEvent] = await take(mine)
+    seen: list[RunChange] = await take(mine)
     assert [(e.state, e.previous_state) for e in seen] == [("queued", None), ("running", "queued")]
     assert [e.state for e in await take(admin)] == ["queued", "running"]
     assert store.reads == [("runs", 1)]  # one read for the burst, whatever the audience

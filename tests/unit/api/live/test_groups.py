@@ -15,7 +15,7 @@ import pytest
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agent_engine.api.auth import Viewer
+from agent_engine.api.auth import Caller
 from agent_engine.api.context import Context
 from agent_engine.api.live import (
     NO_USER_ID,
@@ -161,7 +161,7 @@ def subscribe(
     engine: AsyncEngine,
     settings: Settings,
     broadcaster: Broadcaster,
-    viewer: Viewer,
+    viewer: Caller,
     socket: Socket,
     *,
     id: str = "1",
@@ -183,12 +183,12 @@ def subscribe(
     socket.task = asyncio.create_task(run(), context=contextvars.copy_context())
 
 
-def owner(user_id: int) -> Viewer:
-    return Viewer(user_id=user_id, is_admin=False, email=None, display_name=None, timezone=None)
+def owner(user_id: int) -> Caller:
+    return Caller(user_id=user_id, is_admin=False, email=None, display_name=None, timezone=None)
 
 
-def admin(user_id: int) -> Viewer:
-    return Viewer(user_id=user_id, is_admin=True, email=None, display_name=None, timezone=None)
+def admin(user_id: int) -> Caller:
+    return Caller(user_id=user_id, is_admin=True, email=None, display_name=None, timezone=None)
 
 
 async def until(condition: Callable[[], bool]) -> None:

@@ -1,0 +1,328 @@
+"""`tool_approvals` and the parked runs: every change a compare-and-set the database settles.
+
+- park: the run (still `running`) gets `parked_at`, its tokens so far and its last step end, and
+  the approval row with the checkpoint -- one transaction, only while the run is running.
+- decide / expire / cancel: `pending` -> one other status, once.
+- resume: `parked_at` -> NULL once per decision (a second message finds nothing to resume).
+- the call: `call_started_at` NULL -> now() once; a worker that dies after it leaves the run to
+  the reaper (failed as stale), never to a second call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_engine.db.rows import AnyRow, columns
+
+CHANNEL = "tool_approval_events"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRow:
+    id: int
+    run_id: int
+    agent_id: int
+    owner_id: int
+    step_index: int
+    tool_id: int | None
+    tool_name: str
+    input: Any
+    status: str
+    requested_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None
+    decided_by: int | None
+    note: str | None
+
+    @classmethod
+    def from_row(cls, row: AnyRow) -> ApprovalRow:
+        m = columns(row)
+        tool_id = m["tool_id"]
+        return cls(
+            id=int(m["id"]),
+            run_id=int(m["run_id"]),
+            agent_id=int(m["agent_id"]),
+            owner_id=int(m["owner_id"]),
+            step_index=int(m["step_index"]),
+            tool_id=None if tool_id is None else int(tool_id),
+            tool_name=m["tool_name"],
+            input=m["input"],
+            status=m["status"],
+            requested_at=m["requested_at"],
+            expires_at=m["expires_at"],
+            decided_at=m["decided_at"],
+            decided_by=m["decided_by"],
+            note=m["note"],
+        )
+
+
+# Everything but the checkpoint (it can be large and the API never shows it).
+APPROVAL_COLUMNS = (
+    "id, run_id, agent_id, owner_id, step_index, tool_id, tool_name, input, status,"
+    " requested_at, expires_at, decided_at, decided_by, note"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A parked run taken back by a worker: the decision and where to resume."""
+
+    approval_id: int
+    status: str
+    note: str | None
+    step_index: int
+    checkpoint: dict[str, Any]
+
+
+PARK_RUN = text(
+    "UPDATE agent_runs SET parked_at = now(), heartbeat_at = now(),"
+    " tokens_used = GREATEST(tokens_used, :tokens),"
+    " prompt_tokens = GREATEST(prompt_tokens, :prompt_tokens),"
+    " completion_tokens = GREATEST(completion_tokens, :completion_tokens)"
+    " WHERE id = :run_id AND state = 'running' AND parked_at IS NULL"
+    " RETURNING agent_id, (SELECT user_id FROM agents WHERE id = agent_runs.agent_id) AS owner_id"
+)
+END_STEP = text(
+    "UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
+    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
+    " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
+)
+INSERT_APPROVAL = text(
+    "INSERT INTO tool_approvals (run_id, agent_id, owner_id, step_index, tool_id, tool_name,"
+    " input, expires_at, checkpoint)"
+    " VALUES (:run_id, :agent_id, :owner_id, :step_index, :tool_id, :tool_name,"
+    " CAST(:input AS jsonb), now() + make_interval(secs => :timeout_seconds),"
+    " CAST(:checkpoint AS jsonb))"
+    f" RETURNING {APPROVAL_COLUMNS}"
+)
+# The run's newest approval once decided, taken by exactly one worker (the run row is locked by
+# the claim's read; parked_at goes NULL here).
+TAKE_PARKED = text(
+    "WITH latest AS (SELECT id, status, note, step_index, checkpoint FROM tool_approvals"
+    "   WHERE run_id = :run_id ORDER BY id DESC LIMIT 1),"
+    " taken AS (UPDATE agent_runs SET parked_at = NULL, heartbeat_at = now()"
+    "   WHERE id = :run_id AND state = 'running' AND parked_at IS NOT NULL"
+    "   AND (SELECT status FROM latest) IN ('approved', 'declined', 'expired')"
+    "   RETURNING id)"
+    " SELECT latest.* FROM latest, taken"
+)
+CLAIM_CALL = text(
+    "UPDATE tool_approvals SET call_started_at = now()"
+    " WHERE id = :id AND status = 'approved' AND call_started_at IS NULL RETURNING id"
+)
+DECIDE = text(
+    "UPDATE tool_approvals SET status = :status, decided_at = now(), decided_by = :actor,"
+    " note = :note WHERE id = :id AND status = 'pending'"
+    f" RETURNING {APPROVAL_COLUMNS}"
+)
+EXPIRE_DUE = text(
+    "UPDATE tool_approvals SET status = 'expired', decided_at = now()"
+    " WHERE id IN (SELECT id FROM tool_approvals WHERE status = 'pending'"
+    "   AND expires_at <= now() ORDER BY expires_at LIMIT :limit FOR UPDATE SKIP LOCKED)"
+    f" RETURNING {APPROVAL_COLUMNS}"
+)
+# Decided approvals whose run is still parked a while after the decision: the execute message
+# was lost (broker restart); send it again.
+UNRESUMED = text(
+    "SELECT ap.run_id FROM tool_approvals ap JOIN agent_runs r ON r.id = ap.run_id"
+    " WHERE r.state = 'running' AND r.parked_at IS NOT NULL"
+    " AND ap.status IN ('approved', 'declined', 'expired')"
+    " AND ap.decided_at < now() - make_interval(secs => :after_seconds)"
+    " AND ap.id = (SELECT max(id) FROM tool_approvals WHERE run_id = ap.run_id)"
+    " ORDER BY ap.run_id LIMIT :limit"
+)
+# cancelRun of a parked run: its approval is cancelled and the waiting step closed.
+CANCEL_PENDING = text(
+    "UPDATE tool_approvals SET status = 'cancelled', decided_at = now(), decided_by = :actor"
+    " WHERE run_id = :run_id AND status = 'pending'"
+    f" RETURNING {APPROVAL_COLUMNS}"
+)
+CLOSE_STEP = text(
+    "UPDATE agent_run_steps SET error = :error, finished_at = now()"
+    " WHERE run_id = :run_id AND index = :index AND finished_at IS NULL"
+)
+SELECT_APPROVAL = text(f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE id = :id")
+APPROVALS_BY_ID = text(
+    f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE id = ANY(CAST(:ids AS bigint[]))"
+)
+PENDING_OF_RUNS = text(
+    f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals"
+    " WHERE run_id = ANY(CAST(:ids AS bigint[])) AND status = 'pending'"
+)
+OF_RUNS = text(
+    f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE run_id = ANY(CAST(:ids AS bigint[]))"
+    " ORDER BY id"
+)
+NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+# A run event without a state change (running -> running) when a run parks or resumes, so
+# runEvents consumers see Run.pendingApproval come and go. The payload is the trigger's.
+NOTIFY_RUN = text(
+    "SELECT pg_notify('agent_run_events', json_build_object("
+    " 'run_id', r.id, 'agent_id', r.agent_id, 'owner_id', a.user_id,"
+    " 'state', r.state, 'previous_state', r.state)::text)"
+    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+    " WHERE r.id = :run_id AND a.deleted_at IS NULL"
+)
+
+
+async def park(
+    conn: AsyncConnection,
+    run_id: int,
+    *,
+    tokens: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    step_end: dict[str, Any],
+    tool_id: int,
+    tool_name: str,
+    input: Any,
+    step_index: int,
+    checkpoint: dict[str, Any],
+    timeout_seconds: float,
+) -> ApprovalRow | None:
+    """Park the running run on a new approval; None when the run is no longer running (it was
+    cancelled or reaped meanwhile: nothing is written)."""
+    parked = (
+        await conn.execute(
+            PARK_RUN,
+            {
+                "run_id": run_id,
+                "tokens": tokens,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+            },
+        )
+    ).one_or_none()
+    if parked is None:
+        return None
+    await conn.execute(END_STEP, {"run_id": run_id, **step_end})
+    row = (
+        await conn.execute(
+            INSERT_APPROVAL,
+            {
+                "run_id": run_id,
+                "agent_id": parked.agent_id,
+                "owner_id": parked.owner_id,
+                "step_index": step_index,
+                "tool_id": tool_id,
+                "tool_name": tool_name,
+                "input": json.dumps(input),
+                "timeout_seconds": timeout_seconds,
+                "checkpoint": json.dumps(checkpoint),
+            },
+        )
+    ).one()
+    approval = ApprovalRow.from_row(row)
+    await notify(conn, approval)
+    await conn.execute(NOTIFY_RUN, {"run_id": run_id})
+    return approval
+
+
+async def notify(conn: AsyncConnection, approval: ApprovalRow) -> None:
+    """Tell the api processes (the `toolApprovals` subscription) at commit."""
+    payload = json.dumps({"id": approval.id, "owner_id": approval.owner_id})
+    await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": payload})
+
+
+async def take_parked(conn: AsyncConnection, run_id: int) -> Decided | None:
+    row = (await conn.execute(TAKE_PARKED, {"run_id": run_id})).mappings().one_or_none()
+    if row is None:
+        return None
+    await conn.execute(NOTIFY_RUN, {"run_id": run_id})
+    return Decided(
+        approval_id=int(row["id"]),
+        status=row["status"],
+        note=row["note"],
+        step_index=int(row["step_index"]),
+        checkpoint=row["checkpoint"],
+    )
+
+
+async def claim_call(conn: AsyncConnection, approval_id: int) -> bool:
+    return (await conn.execute(CLAIM_CALL, {"id": approval_id})).first() is not None
+
+
+async def decide(
+    conn: AsyncConnection, approval_id: int, *, status: str, actor_id: int, note: str | None
+) -> ApprovalRow | None:
+    row = (
+        await conn.execute(
+            DECIDE, {"id": approval_id, "status": status, "actor": actor_id, "note": note}
+        )
+    ).one_or_none()
+    return None if row is None else ApprovalRow.from_row(row)
+
+
+async def expire_due(conn: AsyncConnection, *, limit: int) -> list[ApprovalRow]:
+    rows = await conn.execute(EXPIRE_DUE, {"limit": limit})
+    return [ApprovalRow.from_row(row) for row in rows]
+
+
+async def unresumed_runs(conn: AsyncConnection, *, after_seconds: float, limit: int) -> list[int]:
+    rows = await conn.execute(UNRESUMED, {"after_seconds": after_seconds, "limit": limit})
+    return [int(run_id) for run_id in rows.scalars()]
+
+
+async def cancel_pending(
+    conn: AsyncConnection, run_id: int, *, actor_id: int | None, error: str
+) -> ApprovalRow | None:
+    row = (await conn.execute(CANCEL_PENDING, {"run_id": run_id, "actor": actor_id})).one_or_none()
+    if row is None:
+        return None
+    approval = ApprovalRow.from_row(row)
+    await conn.execute(CLOSE_STEP, {"run_id": run_id, "index": approval.step_index, "error": error})
+    return approval
+
+
+async def fetch(conn: AsyncConnection, approval_id: int) -> ApprovalRow | None:
+    row = (await conn.execute(SELECT_APPROVAL, {"id": approval_id})).one_or_none()
+    return None if row is None else ApprovalRow.from_row(row)
+
+
+async def approvals_by_id(conn: AsyncConnection, ids: Sequence[int]) -> list[ApprovalRow]:
+    rows = await conn.execute(APPROVALS_BY_ID, {"ids": list(ids)})
+    return [ApprovalRow.from_row(row) for row in rows]
+
+
+async def pending_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[ApprovalRow]:
+    rows = await conn.execute(PENDING_OF_RUNS, {"ids": list(run_ids)})
+    return [ApprovalRow.from_row(row) for row in rows]
+
+
+async def approvals_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[ApprovalRow]:
+    rows = await conn.execute(OF_RUNS, {"ids": list(run_ids)})
+    return [ApprovalRow.from_row(row) for row in rows]
+
+
+async def page(
+    conn: AsyncConnection,
+    *,
+    owner_id: int | None,
+    status: str | None,
+    before_id: int | None,
+    limit: int,
+) -> list[ApprovalRow]:
+    """Newest first; an owner's (`owner_id`) or everyone's (None, the admins' view)."""
+    clauses = ["TRUE"]
+    params: dict[str, Any] = {"limit": limit}
+    if owner_id is not None:
+        clauses.append("owner_id = :owner_id")
+        params["owner_id"] = owner_id
+    if status is not None:
+        clauses.append("status = :status")
+        params["status"] = status
+    if before_id is not None:
+        clauses.append("id < :before_id")
+        params["before_id"] = before_id
+    statement = text(
+        f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE {' AND '.join(clauses)}"
+        " ORDER BY id DESC LIMIT :limit"
+    )
+    return [ApprovalRow.from_row(row) for row in await conn.execute(statement, params)]

@@ -1,0 +1,337 @@
+"""Talking to MCP servers: the official `mcp` SDK over the Streamable HTTP transport.
+
+`list_tools` lists a server's tools (every page, bounded) for a sync. `SessionPool` keeps one
+initialised session per (URL, credential) for the life of a worker process, so a run does not pay
+an MCP handshake per call; a session that broke is replaced on the next call.
+
+Errors are `McpError` with a message fit for an admin (the source's `lastError`) and never the
+credential; what owners read (a run's error) names the tool only -- the caller decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import mcp.types as types
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from agent_engine.domain.mcp import ToolAccess, access_of
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A server that lists more than this is refused at sync (the catalog stays as it was).
+MAX_TOOLS = 500
+MAX_PAGES = 50
+MAX_DESCRIPTION_CHARS = 2_000
+MAX_SCHEMA_BYTES = 64_000
+# A response larger than this (a listing or a call result) fails: the worker's memory is bounded.
+MAX_RESPONSE_BYTES = 4_000_000
+
+
+class McpError(Exception):
+    """A server could not be reached, or answered something unusable."""
+
+
+class TooLarge(McpError):
+    """The server's answer was over MAX_RESPONSE_BYTES (refused before it was read)."""
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    name: str
+    description: str
+    input_schema: Any
+    access: ToolAccess
+
+
+@dataclass(frozen=True)
+class CallResult:
+    text: str
+    is_error: bool
+
+
+def bearer(auth_env: str | None) -> str | None:
+    """The credential the variable holds (None when no variable is named or it is empty)."""
+    if not auth_env:
+        return None
+    return os.environ.get(auth_env) or None
+
+
+TOO_LARGE = f"the server's answer is larger than {MAX_RESPONSE_BYTES} bytes"
+
+
+def _http_client(token: str | None, timeout: float, too_large: asyncio.Event) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def bounded(response: httpx.Response) -> None:
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
+            # The SDK's transport swallows what a hook raises (the request would wait for its
+            # timeout): the waiting side hears it through the event instead.
+            too_large.set()
+            await response.aclose()
+            raise TooLarge(TOO_LARGE)
+
+    return httpx.AsyncClient(
+        headers=headers,
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+        event_hooks={"response": [bounded]},
+    )
+
+
+async def _unless_too_large(work: Awaitable[T], too_large: asyncio.Event) -> T:
+    """`work`, or McpError as soon as a response was refused for its size."""
+    task = asyncio.ensure_future(work)
+    alarm = asyncio.ensure_future(too_large.wait())
+    try:
+        await asyncio.wait({task, alarm}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        alarm.cancel()
+    if task.cancelled():
+        raise TooLarge(TOO_LARGE)
+    return task.result()
+
+
+def describe(exc: BaseException) -> str:
+    """A short, credential-free account of why talking to a server failed."""
+    inner = exc
+    # anyio task groups wrap what the transport raised.
+    while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+        inner = inner.exceptions[0]
+    if isinstance(inner, McpError):
+        return str(inner)
+    if isinstance(inner, TimeoutError):
+        return "no answer in time"
+    if isinstance(inner, httpx.HTTPStatusError):
+        return f"the server answered HTTP {inner.response.status_code}"
+    if isinstance(inner, httpx.HTTPError):
+        return f"could not reach the server ({type(inner).__name__})"
+    return f"{type(inner).__name__}: {str(inner)[:200]}"
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    url: str, token: str | None, seconds: float, too_large: asyncio.Event | None = None
+) -> Any:
+    async with (
+        _http_client(token, seconds, too_large or asyncio.Event()) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def list_tools(url: str, token: str | None, *, seconds: float) -> list[RemoteTool]:
+    """Every tool the server lists (all pages), within `seconds` in all."""
+    too_large = asyncio.Event()
+    try:
+        async with (
+            asyncio.timeout(seconds),
+            open_session(url, token, seconds, too_large) as session,
+        ):
+            return await _unless_too_large(_all_pages(session), too_large)
+    except McpError:
+        raise
+    except BaseException as exc:
+        if not isinstance(exc, Exception | BaseExceptionGroup):
+            raise
+        raise McpError(describe(exc)) from exc
+
+
+async def _all_pages(session: ClientSession) -> list[RemoteTool]:
+    tools: list[RemoteTool] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await session.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        for tool in page.tools:
+            annotations = (
+                tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
+            )
+            tools.append(
+                RemoteTool(
+                    name=tool.name,
+                    description=(tool.description or "")[:MAX_DESCRIPTION_CHARS],
+                    input_schema=tool.inputSchema,
+                    access=access_of(annotations),
+                )
+            )
+            if len(tools) > MAX_TOOLS:
+                raise McpError(f"the server lists more than {MAX_TOOLS} tools")
+        cursor = page.nextCursor
+        if not cursor:
+            return tools
+    raise McpError(f"the server's tool list has more than {MAX_PAGES} pages")
+
+
+def result_text(result: types.CallToolResult) -> str:
+    """Text content as is; other content summarised (the model sees words, not bytes)."""
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, types.ImageContent | types.AudioContent):
+            parts.append(f"[{block.type} content, {block.mimeType}, not shown]")
+        elif isinstance(block, types.EmbeddedResource):
+            resource = block.resource
+            if isinstance(resource, types.TextResourceContents):
+                parts.append(resource.text)
+            else:
+                parts.append(f"[resource {resource.uri}, {resource.mimeType or 'binary'}]")
+        elif isinstance(block, types.ResourceLink):
+            parts.append(f"[resource link {block.uri}]")
+    if not parts and result.structuredContent is not None:
+        parts.append(json.dumps(result.structuredContent)[:MAX_RESPONSE_BYTES])
+    return "\n".join(parts)
+
+
+class _PooledSession:
+    """One initialised session, held open by a task of its own (anyio scopes must be left by the
+    task that entered them); calls from any task of the loop go through it."""
+
+    def __init__(self, url: str, token: str | None, timeout: float) -> None:
+        self._url, self._token, self._timeout = url, token, timeout
+        self._ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        # Set when a response was refused for its size (the session is then dropped).
+        self.too_large = asyncio.Event()
+        self._task = asyncio.ensure_future(self._hold())
+        self.broken = False
+        # A call went through on it (a failure then may mean the server forgot the session).
+        self.used = False
+
+    async def _hold(self) -> None:
+        try:
+            async with open_session(
+                self._url, self._token, self._timeout, self.too_large
+            ) as session:
+                self._ready.set_result(session)
+                await self._closing.wait()
+        except BaseException as exc:
+            self.broken = True
+            if not self._ready.done():
+                self._ready.set_exception(McpError(describe(exc)))
+            elif not isinstance(exc, asyncio.CancelledError):
+                log.info("an MCP session ended: %s", describe(exc))
+        finally:
+            self.broken = True
+
+    async def session(self) -> ClientSession:
+        return await asyncio.shield(self._ready)
+
+    async def aclose(self) -> None:
+        self._closing.set()
+        try:
+            async with asyncio.timeout(5):
+                await self._task
+        except (Exception, asyncio.CancelledError):
+            self._task.cancel()
+
+
+class SessionPool:
+    """Sessions to MCP servers, one per (URL, credential), for one event loop (a worker process).
+    A session that broke (the server restarted, a call was cut) is replaced on the next call."""
+
+    def __init__(self, *, timeout: float) -> None:
+        self._timeout = timeout
+        self._sessions: dict[tuple[str, str | None], _PooledSession] = {}
+        self._lock = asyncio.Lock()
+
+    async def call(
+        self,
+        url: str,
+        token: str | None,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        meta: dict[str, Any],
+        seconds: float,
+        idempotent: bool = False,
+    ) -> CallResult:
+        """`tools/call` within `seconds` (raises TimeoutError); McpError when the server cannot be
+        reached or the session broke mid-call. `idempotent` (a READ tool): a call that failed on a
+        session kept from earlier (the server restarted and forgot it) is tried once more on a
+        new session; a WRITE call never is -- the server may have acted."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        pooled, fresh = await self._pooled(url, token)
+        try:
+            return await self._call_on(pooled, tool, arguments, meta, deadline)
+        except McpError as exc:
+            await self._drop(url, token, pooled)
+            if fresh or not idempotent or isinstance(exc, TooLarge):
+                raise
+        retry, _ = await self._pooled(url, token)
+        try:
+            return await self._call_on(retry, tool, arguments, meta, deadline)
+        except McpError:
+            await self._drop(url, token, retry)
+            raise
+
+    async def _call_on(
+        self,
+        pooled: _PooledSession,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any],
+        deadline: float,
+    ) -> CallResult:
+        try:
+            async with asyncio.timeout_at(deadline):
+                session = await pooled.session()
+                result = await _unless_too_large(
+                    session.call_tool(tool, arguments, meta=meta), pooled.too_large
+                )
+        except TimeoutError:
+            await pooled.aclose()
+            raise
+        except McpError:
+            raise
+        except Exception as exc:
+            raise McpError(describe(exc)) from exc
+        pooled.used = True
+        return CallResult(result_text(result), bool(result.isError))
+
+    async def _pooled(self, url: str, token: str | None) -> tuple[_PooledSession, bool]:
+        """The session for (url, token) and whether it is new (never used for a call)."""
+        async with self._lock:
+            key = (url, token)
+            pooled = self._sessions.get(key)
+            if pooled is None or pooled.broken:
+                if pooled is not None:
+                    await pooled.aclose()
+                pooled = self._sessions[key] = _PooledSession(url, token, self._timeout)
+            return pooled, not pooled.used
+
+    async def _drop(self, url: str, token: str | None, pooled: _PooledSession) -> None:
+        async with self._lock:
+            if self._sessions.get((url, token)) is pooled:
+                del self._sessions[(url, token)]
+        await pooled.aclose()
+
+    @property
+    def open_sessions(self) -> int:
+        return sum(1 for pooled in self._sessions.values() if not pooled.broken)
+
+    async def aclose(self) -> None:
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for pooled in sessions:
+            await pooled.aclose()
