@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from websockets.asyncio.client import ClientConnection, connect
@@ -296,6 +297,20 @@ async def more_ticks(engine: AsyncEngine, count: int = 2, tick: str = "schedule"
         return await ticks_done(engine, tick) >= target
 
     await eventually(reached, what=f"{count} more {tick} ticks")
+
+
+async def ticks_settled(redis_url: str) -> None:
+    """Every tick message already sent has been taken and processed (the Redis broker's queue
+    and its in-progress set are empty): after this, no tick arrives unless something sends one."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+
+        async def settled() -> bool:
+            return client.llen("dramatiq:ticks") == 0 and client.hlen("dramatiq:ticks.msgs") == 0
+
+        await eventually(settled, what="the tick messages to be processed")
+    finally:
+        client.close()
 
 
 async def holds_for(probe: Callable[[], Awaitable[bool]], *, within: float, what: str) -> None:

@@ -27,6 +27,7 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     marker_counts,
     more_ticks,
     stack,
+    ticks_settled,
     token,
 )
 from tests.support.factories import Factories
@@ -153,6 +154,7 @@ async def test_sigkill_clock_restarted_clock_resumes_no_slot_doubled(
     await make_due("1 second")
     await eventually(lambda: slot_fired(1), within=30, what="the first slot")
     clock.kill()
+    await ticks_settled(stack.settings.redis_url or "")  # what the clock sent is processed
     # Slots missed while the clock is dead, several hours' worth: coalesced into one run each.
     # Nothing runs that could announce a tick, so the journal is watched for a while instead.
     await make_due("5 hours")

@@ -56,5 +56,5 @@ def test_export_refuses_a_database_behind_the_latest_migration(servers: Servers)
     with pytest.raises(SchemaExportError, match="run `agent-engine migrate` first"):
         dump_schema(url)
     upgrade(url, "e0005_operators")
-    with pytest.raises(SchemaExportError, match="lacks e0006_cost_alerts"):
+    with pytest.raises(SchemaExportError, match=r"it has e0005_operators; it lacks e00\d\d_"):
         dump_schema(url)
