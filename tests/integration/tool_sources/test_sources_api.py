@@ -250,3 +250,13 @@ async def test_a_source_written_in_sql_with_an_engine_setting_sends_nothing(
     synced = body["syncToolSource"]
     assert "authEnv" in synced["lastError"] and synced["tools"] == []
     assert tickets.state.list_authorizations == []  # the server heard nothing
+
+
+async def test_syncing_or_removing_a_source_that_does_not_exist_is_not_found(
+    gql: Gql, admin: Admin
+) -> None:
+    for mutation in ("syncToolSource(id: $id) { id }", "removeToolSource(id: $id)"):
+        body = await gql.body(
+            f"mutation($id: ID!) {{ {mutation} }}", {"id": "987654"}, as_user=admin.id, admin=True
+        )
+        assert error_code(body) == "NOT_FOUND", body

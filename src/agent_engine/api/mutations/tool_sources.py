@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from agent_engine.agents import audit
 from agent_engine.agents import credentials as credential_rules
 from agent_engine.agents.errors import Missing
-from agent_engine.api.errors import BadUserInput
+from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import BASE_URL_MAX_CHARS, checked_text
 from agent_engine.api.ids import parse_id
 from agent_engine.api.inputs import ToolSourceInput
@@ -24,8 +24,8 @@ from agent_engine.tool_sources.sync import sync_source
 async def _fresh(info: Info, source_id: int) -> ToolSource:
     async with info.context.engine.connect() as conn:
         row = await sources_db.fetch_source(conn, source_id)
-    if row is None:  # removed by a concurrent request meanwhile
-        raise Missing("tool source", source_id)
+    if row is None:  # never existed, or removed by a concurrent request meanwhile
+        raise NotFound("tool source", source_id)
     return ToolSource.from_row(row)
 
 
