@@ -3,8 +3,8 @@
 
 `claim_run` moves the run from `queued` (to `running`, or ends it at the claim, or leaves it
 waiting for a slot of its model); `execute_claimed` runs the agent loop beside a heartbeat and
-finishes the run; `execute_run` is the two in a row. A worker claims in its actor and executes in
-a task of its in-flight set (`workers/inflight.py`).
+finishes the run. The `execute_run` actor (`workers/actors.py`) claims in its Dramatiq thread and
+executes in a task of its in-flight set (`workers/inflight.py`); tests drive the same two calls.
 
 A run's start, heartbeats and finish are written on the database's clock (`now()`), so
 `started_at <= heartbeat_at <= finished_at` holds whatever the worker's clock says.
@@ -41,32 +41,6 @@ log = logging.getLogger(__name__)
 RUN_TIMEOUT = timedelta(minutes=10)
 
 NowFn = Callable[[], datetime]
-
-
-async def execute_run(
-    engine: AsyncEngine,
-    runtime: Runtime,
-    run_id: int,
-    *,
-    now_fn: NowFn = utc_now,
-    heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
-    run_timeout: timedelta = RUN_TIMEOUT,
-    enqueue: Enqueue | None = None,
-) -> RunState | None:
-    """Claim and execute a queued run. Returns the state this call left it in (QUEUED: waiting
-    for a slot of its model), None if it changed nothing."""
-    claim = await claim_run(engine, run_id, now=now_fn(), enqueue=enqueue)
-    if claim.state is not RunState.RUNNING:
-        return claim.state
-    return await execute_claimed(
-        engine,
-        runtime,
-        claim,
-        now_fn=now_fn,
-        heartbeat_interval=heartbeat_interval,
-        run_timeout=run_timeout,
-        enqueue=enqueue,
-    )
 
 
 async def execute_claimed(

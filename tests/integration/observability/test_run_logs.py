@@ -10,9 +10,9 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.observability.logging import configure_logging
-from agent_engine.runs.execute import execute_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
+from tests.integration.runs.support import execute_run
 from tests.support.factories import Factories
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,11 @@ import dramatiq
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunState
+from agent_engine.runs.claim import claim_run, utc_now
+from agent_engine.runs.execute import RUN_TIMEOUT, execute_claimed
+from agent_engine.runs.request import Enqueue
+from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import RUNS_QUEUE, worker_context
 from agent_engine.workers.main import EngineWorker
@@ -65,6 +71,33 @@ async def no_run_in_flight() -> None:
         return runs_in_flight() == 0
 
     await eventually(idle, what="the worker's in-flight set to empty")
+
+
+async def execute_run(
+    engine: AsyncEngine,
+    runtime: Runtime,
+    run_id: int,
+    *,
+    now_fn: Callable[[], datetime] = utc_now,
+    heartbeat_interval: timedelta = HEARTBEAT_INTERVAL,
+    run_timeout: timedelta = RUN_TIMEOUT,
+    enqueue: Enqueue | None = None,
+) -> RunState | None:
+    """What the `execute_run` actor does with a run, without the broker and the in-flight set:
+    production's `claim_run`, then `execute_claimed` when the claim won. Returns the state this
+    call left the run in (QUEUED: waiting for a slot of its model), None if it changed nothing."""
+    claim = await claim_run(engine, run_id, now=now_fn(), enqueue=enqueue)
+    if claim.state is not RunState.RUNNING:
+        return claim.state
+    return await execute_claimed(
+        engine,
+        runtime,
+        claim,
+        now_fn=now_fn,
+        heartbeat_interval=heartbeat_interval,
+        run_timeout=run_timeout,
+        enqueue=enqueue,
+    )
 
 
 async def fetch(engine: AsyncEngine, sql: str, **params: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.domain.runs import RunState, RunTrigger
-from agent_engine.runs.execute import INTERRUPTED_ERROR, execute_run
+from agent_engine.runs.execute import INTERRUPTED_ERROR
 from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.runs.request import request_run
 from agent_engine.runtime.loop import Runtime
@@ -21,7 +21,7 @@ from agent_engine.testing.fake_openai import (
     text_reply,
     tool_reply,
 )
-from tests.integration.runs.support import FakeAgent, eventually, run_row
+from tests.integration.runs.support import FakeAgent, eventually, execute_run, run_row
 from tests.support.factories import Factories
 
 BEAT = timedelta(seconds=0.1)

@@ -12,14 +12,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.domain.runs import RunState, RunTrigger
-from agent_engine.runs.execute import execute_run
 from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.runs.request import request_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
 from agent_engine.workers.main import EngineWorker
-from tests.integration.runs.support import FAKE_KEY_ENV, FakeAgent, eventually, fetch, run_row
+from tests.integration.runs.support import (
+    FAKE_KEY_ENV,
+    FakeAgent,
+    eventually,
+    execute_run,
+    fetch,
+    run_row,
+)
 from tests.support.factories import Factories
 
 BEAT = timedelta(seconds=0.2)

@@ -14,11 +14,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.domain.runs import RunState, RunTrigger
-from agent_engine.runs.execute import execute_run
 from agent_engine.runs.request import request_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, error_reply, text_reply
-from tests.integration.runs.support import FakeAgent, eventually, run_row
+from tests.integration.runs.support import FakeAgent, eventually, execute_run, run_row
 
 BEAT = timedelta(seconds=0.2)
 

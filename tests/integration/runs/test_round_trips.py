@@ -14,10 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.engine import create_engine_for_url
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.domain.runs import RunState
-from agent_engine.runs.execute import execute_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
-from tests.integration.runs.support import FakeAgent, fetch, run_row
+from tests.integration.runs.support import FakeAgent, execute_run, fetch, run_row
 from tests.integration.runs.test_execute import queued_run
 from tests.support.factories import Factories
 from tests.support.pg_wire import RoundTrips, counting_relay

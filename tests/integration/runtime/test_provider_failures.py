@@ -14,7 +14,6 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.domain.runs import RunState
-from agent_engine.runs.execute import execute_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.runtime.providers.base import ModelRequest
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
@@ -28,7 +27,7 @@ from agent_engine.testing import (
     tool_reply,
     truncated_reply,
 )
-from tests.integration.runs.support import FAKE_KEY_ENV, FakeAgent, run_row
+from tests.integration.runs.support import FAKE_KEY_ENV, FakeAgent, execute_run, run_row
 from tests.integration.runs.test_execute import BEAT, queued_run
 
 TIMEOUT_SECONDS = 0.5
