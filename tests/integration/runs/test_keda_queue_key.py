@@ -27,6 +27,13 @@ from tests.support.factories import Factories
 WORKER_YAML = Path(__file__).resolve().parents[3] / "deploy" / "k8s" / "base" / "worker.yaml"
 
 
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """KEDA reads the Redis list: these tests use the Redis broker even when the suite runs on
+    RabbitMQ (BROKER_URL), as .ci/run's last pass does."""
+    return settings.model_copy(update={"broker_url": None})
+
+
 def _keda_list_name() -> str:
     [scaled] = [
         doc
