@@ -48,7 +48,7 @@ from agent_engine.api.auth import (
     viewer_of,
 )
 from agent_engine.api.collector import tune_gc
-from agent_engine.api.context import Context, Enqueue
+from agent_engine.api.context import Context
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import PAYLOAD_TOO_LARGE, ApiError, Unauthenticated
 from agent_engine.api.graphql_http import (
@@ -75,6 +75,7 @@ from agent_engine.db.engine import create_engine
 from agent_engine.db.users import read_user
 from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
+from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.tools.registry import sync_tool_catalog
 from agent_engine.settings import Settings, load_settings
 from agent_engine.workers.broker import configure_broker, enqueue_execute
@@ -182,10 +183,9 @@ class GraphQLView(GraphQL[Context, None]):
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         state = state_of(request)
+        engine = state["engine"]
         context = Context(
-            engine=state["engine"],
-            settings=state["settings"],
-            enqueue=state["enqueue"],
+            new_loaders=lambda now: Loaders(engine, now=now),
             now=self.clock(),
             request=request,
             response=response,

@@ -2,8 +2,8 @@
 
 One per HTTP request and one per WebSocket operation (`api/sessions.py`): never shared by two
 operations, so its clock, its loaders and its viewer are those of the operation. The process's
-services (the live-update bus, the sessions) are in the lifespan `State` (`api/state.py`), not
-here.
+services (the engine, the settings, the broker's enqueue, the live-update bus, the sessions) are in
+the lifespan `State` (`api/state.py`), reached with `services(info)`; not here.
 """
 
 from __future__ import annotations
@@ -14,21 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from agent_engine.api.auth import Caller
 from agent_engine.api.errors import ApiError, Forbidden, Unauthenticated
 from agent_engine.api.loaders import Loaders
-from agent_engine.settings import Settings
-
-Enqueue = Callable[[int], None]
 
 
 @dataclass
 class Context:
-    engine: AsyncEngine
-    settings: Settings
-    enqueue: Enqueue
+    # Builds this operation's loaders (on the process's engine) for the operation's `now`.
+    new_loaders: Callable[[datetime], Loaders]
     now: datetime
     viewer: Caller | None = None
     # Why `viewer` is None although credentials were sent (bad token, deactivated user).
@@ -46,7 +40,7 @@ class Context:
         """Built on first use: most subscription events resolve without touching the database,
         and nine DataLoaders per event and subscriber would cost the fan-out CPU for nothing."""
         if self._loaders is None:
-            self._loaders = Loaders(self.engine, now=self.now)
+            self._loaders = self.new_loaders(self.now)
         return self._loaders
 
     async def release(self) -> None:

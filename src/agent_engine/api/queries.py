@@ -13,6 +13,7 @@ from agent_engine.api.enums import AgentStatus
 from agent_engine.api.guards import checked_instant, page_size
 from agent_engine.api.ids import decode_cursor, parse_id
 from agent_engine.api.resolvers import Info, described
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import (
     Agent,
     AgentConnection,
@@ -67,14 +68,14 @@ class Query:
     @described(description="The admin's allowed list.")
     async def agent_models(self, info: Info) -> list[AgentModel]:
         info.context.require_viewer()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await catalog.all_models(conn)
         return [AgentModel.from_row(r) for r in rows]
 
     @described(description="Optional tools an owner may attach now (agentsAllowed = true).")
     async def tools(self, info: Info) -> list[Tool]:
         info.context.require_viewer()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await catalog.list_tools(conn, allowed_only=True)
         return [Tool.from_row(r) for r in rows]
 
@@ -91,7 +92,7 @@ class Query:
         size = page_size(first)
         cursor = decode_cursor("agent", after)
         owner = parse_id(owner_id, "ownerId") if owner_id is not None else None
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await agents_db.live_agent_page(
                 conn,
                 limit=size + 1,  # one more tells hasNextPage
@@ -116,7 +117,7 @@ class Query:
         size = page_size(first)
         cursor = decode_cursor("run", after)
         agent = parse_id(agent_id, "agentId") if agent_id is not None else None
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             entries = await runs_db.journal_page(
                 conn,
                 limit=size + 1,  # one more tells hasNextPage
@@ -129,7 +130,7 @@ class Query:
     @described(description="Admin only. All catalog tools, allowed or not.")
     async def admin_tools(self, info: Info) -> list[Tool]:
         info.context.require_admin()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await catalog.list_tools(conn, allowed_only=False)
         return [Tool.from_row(r) for r in rows]
 
@@ -148,7 +149,7 @@ class Query:
         viewer = info.context.require_viewer()
         size = page_size(first)
         cursor = decode_cursor("approval", after)
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await approvals_db.page(
                 conn,
                 owner_id=None if viewer.is_admin else viewer.user_id,
@@ -163,7 +164,7 @@ class Query:
     @described(description="The MCP sources (admin only).")
     async def tool_sources(self, info: Info) -> list[ToolSource]:
         info.context.require_admin()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await tool_sources_db.all_sources(conn)
         return [ToolSource.from_row(r) for r in rows]
 
@@ -175,7 +176,7 @@ class Query:
     )
     async def delivery_targets(self, info: Info) -> list[DeliveryTarget]:
         viewer = info.context.require_viewer()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await deliveries.list_targets(conn, enabled_only=not viewer.is_admin)
         return [DeliveryTarget.from_row(r, admin=viewer.is_admin) for r in rows]
 
@@ -198,7 +199,7 @@ class Query:
         owner_id: strawberry.ID | None = None,
     ) -> list[BudgetAlert]:
         info.context.require_admin()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             alerts = await newest_alerts(
                 conn,
                 limit=page_size(first),
@@ -221,7 +222,7 @@ class Query:
             window_start = checked_instant("windowStart", window_start)
         platform = await info.context.loaders.platform()
         window = week_window(window_start or info.context.now, platform.zone)
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             spend = await spend_by_owner(conn, window=window)
         return [OwnerSpend.from_value(value) for value in spend]
 
@@ -248,7 +249,7 @@ class Query:
             actor_id=parse_id(actor_id, "actorId") if actor_id is not None else None,
         )
         cursor = decode_cursor("audit", after)
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             rows = await audit_db.fetch_page(conn, first=size, after=cursor, where=where)
         return AuditEntryConnection.from_rows(rows, size, kind="audit", node=AuditEntry.from_row)
 

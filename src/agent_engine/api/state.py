@@ -12,9 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import HTTPConnection
 
 from agent_engine.api.auth import TokenVerifier
-from agent_engine.api.context import Enqueue
 from agent_engine.api.live import LiveUpdates
+from agent_engine.api.resolvers import Info
 from agent_engine.api.sessions import SessionRegistry
+from agent_engine.runs.request import Enqueue
 from agent_engine.settings import Settings
 
 
@@ -32,3 +33,8 @@ class State(TypedDict):
 def state_of(connection: HTTPConnection) -> State:
     # Starlette copies the lifespan's yielded mapping into each request's scope.
     return cast(State, connection.scope["state"])
+
+
+def services(info: Info) -> State:
+    """The process's services for a resolver: the lifespan state of the operation's request."""
+    return state_of(info.context.request)

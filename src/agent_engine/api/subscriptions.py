@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import strawberry
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.access import is_owner, visible_agent, visible_run
 from agent_engine.api.context import Context
@@ -83,7 +84,7 @@ def _run_event(event: RunChange, context: Context) -> RunEvent:
     )
 
 
-def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
+def budget_feed(bus: LiveBus, owner_id: int, engine: AsyncEngine) -> Feed:
     """The owner's budget after each of their runs finishes."""
 
     def open_source(queue_size: int | None, counted: bool) -> BusSubscription[RunChange]:
@@ -92,7 +93,7 @@ def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
     async def budget(event: RunChange, context: Context) -> Any:
         if event.state not in TERMINAL_STATES:
             return SKIP
-        async with context.engine.connect() as conn:
+        async with engine.connect() as conn:
             value = await owner_budget(conn, owner_id, now=context.now)
         return Budget.from_value(value, owner_id=owner_id)
 
@@ -132,7 +133,7 @@ def run_steps_feed(bus: LiveBus, run_id: int, owner_id: int) -> Feed:
     return Feed(("runSteps", run_id), open_source, step, replay=replay, shown_as=shown_as)
 
 
-def tool_approvals_feed(bus: LiveBus, owner_id: int | None) -> Feed:
+def tool_approvals_feed(bus: LiveBus, owner_id: int | None, engine: AsyncEngine) -> Feed:
     """Approvals as they are requested, decided, expire or are cancelled: `owner_id`'s (None:
     every owner's). One read of the approval per event and group; inputs only in the owner's
     group (the type's resolver)."""
@@ -143,7 +144,7 @@ def tool_approvals_feed(bus: LiveBus, owner_id: int | None) -> Feed:
         )
 
     async def approval(event: ApprovalChange, context: Context) -> Any:
-        async with context.engine.connect() as conn:
+        async with engine.connect() as conn:
             row = await approvals_db.fetch(conn, event.id)
         return SKIP if row is None else ToolApproval.from_row(row)
 
@@ -176,7 +177,9 @@ class Subscription:
     async def budget(self, info: Info) -> AsyncIterator[Budget]:
         viewer = info.context.require_viewer()
         live = _live(info)
-        return shared_stream(info, budget_feed(live.bus, viewer.user_id), live.broadcaster)
+        return shared_stream(
+            info, budget_feed(live.bus, viewer.user_id, live.engine), live.broadcaster
+        )
 
     @described_subscription(
         description=(
@@ -199,7 +202,9 @@ class Subscription:
         viewer = info.context.require_viewer()
         live = _live(info)
         owner = None if viewer.is_admin else viewer.user_id
-        return shared_stream(info, tool_approvals_feed(live.bus, owner), live.broadcaster)
+        return shared_stream(
+            info, tool_approvals_feed(live.bus, owner, live.engine), live.broadcaster
+        )
 
     @described_subscription(
         description=(

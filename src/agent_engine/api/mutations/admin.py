@@ -21,6 +21,7 @@ from agent_engine.api.mutations.common import (
 )
 from agent_engine.api.mutations.validation import checked_base_url, price_changes
 from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import Agent
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, shown_user
@@ -113,7 +114,7 @@ class AdminMutation:
             if problem := await credential_rules.credential_key_problem(
                 conn,
                 input.api_key_env,
-                allowed_prefixes=info.context.settings.credential_prefixes,
+                allowed_prefixes=services(info)["settings"].credential_prefixes,
             ):
                 raise BadUserInput("input.apiKeyEnv", problem)
             saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
@@ -124,7 +125,10 @@ class AdminMutation:
         if saved.limit_widened:
             # Runs waiting for a slot of this model start now, not at the reaper's next pass.
             await model_slots.wake_after_limit_change(
-                info.context.engine, saved.id, limit=saved.limit, enqueue=info.context.enqueue
+                services(info)["engine"],
+                saved.id,
+                limit=saved.limit,
+                enqueue=services(info)["enqueue"],
             )
         return AgentModel.from_row(row)
 

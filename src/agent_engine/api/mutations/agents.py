@@ -31,6 +31,7 @@ from agent_engine.api.inputs import CreateAgentInput, UpdateAgentInput
 from agent_engine.api.mutations.common import fresh_agent, owned_agent, transaction
 from agent_engine.api.mutations.validation import parse_tool_ids, schedule_json
 from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import Agent
 
 
@@ -87,7 +88,7 @@ class AgentMutation:
                     viewer.user_id,
                     draft,
                     now=info.context.now,
-                    max_agents=info.context.settings.max_agents_per_owner,
+                    max_agents=services(info)["settings"].max_agents_per_owner,
                 )
             except TooManyAgents as exc:
                 raise BadUserInput("input", str(exc)) from exc

@@ -12,6 +12,7 @@ from agent_engine.api.guards import checked_text
 from agent_engine.api.ids import parse_id
 from agent_engine.api.mutations.common import fresh_agent, owned_agent, transaction
 from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import Agent, ToolApproval
 from agent_engine.db import approvals as approvals_db
 from agent_engine.domain.mcp import ToolAccess
@@ -68,7 +69,7 @@ class ApprovalMutation:
         ident = parse_id(approval_id, "approvalId")
         if note is not None:
             note = checked_text("note", note, approvals.NOTE_MAX_CHARS, allow_blank=True).strip()
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             found = await approvals_db.fetch(conn, ident)
         if found is None or not may_see(viewer, found.owner_id):
             raise NotFound("tool approval", ident)
@@ -76,12 +77,12 @@ class ApprovalMutation:
             raise Forbidden("only the run's owner decides its tool calls")
         try:
             decided = await approvals.decide(
-                info.context.engine,
+                services(info)["engine"],
                 ident,
                 actor_id=viewer.user_id,
                 approve=approve,
                 note=note or None,
-                enqueue=info.context.enqueue,
+                enqueue=services(info)["enqueue"],
             )
         except approvals.ApprovalMissing as exc:
             raise NotFound("tool approval", ident) from exc

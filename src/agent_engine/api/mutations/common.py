@@ -13,6 +13,7 @@ from agent_engine.agents.errors import Contended, Missing
 from agent_engine.api.access import is_owner, may_see
 from agent_engine.api.errors import Conflict, Forbidden, NotFound
 from agent_engine.api.resolvers import Info
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import Agent
 from agent_engine.db.agents import AgentRow, fetch_live_agent
 
@@ -21,7 +22,7 @@ from agent_engine.db.agents import AgentRow, fetch_live_agent
 async def transaction(info: Info) -> AsyncIterator[AsyncConnection]:
     """One transaction per mutation; the service's refusals become coded errors."""
     try:
-        async with info.context.engine.begin() as conn:
+        async with services(info)["engine"].begin() as conn:
             yield conn
     except Missing as exc:
         raise NotFound(exc.what, exc.ident) from exc
@@ -69,7 +70,7 @@ async def owned_agent(
 
     Read outside the request's loaders: a change must be checked against the current row."""
     viewer = info.context.require_viewer()
-    async with info.context.engine.connect() as conn:
+    async with services(info)["engine"].connect() as conn:
         found = await fetch_live_agent(conn, agent_id)
     if found is None or not may_see(viewer, found.user_id):
         raise NotFound("agent", agent_id)

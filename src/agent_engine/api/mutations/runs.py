@@ -9,6 +9,7 @@ from agent_engine.api.errors import Conflict, NotFound, StartRefused
 from agent_engine.api.ids import parse_id
 from agent_engine.api.mutations.common import owned_agent
 from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import Run
 from agent_engine.db.runs import run_owner
 from agent_engine.domain.gate import AgentNotStartable
@@ -33,12 +34,12 @@ class RunMutation:
         agent = await owned_agent(info, ident, "start it", owner_only=True)
         try:
             row = await run_request.request_run(
-                info.context.engine,
+                services(info)["engine"],
                 ident,
                 trigger=RunTrigger.MANUAL,
                 now=info.context.now,
-                enqueue=info.context.enqueue,
-                send_wait_seconds=info.context.settings.broker_timeout_seconds,
+                enqueue=services(info)["enqueue"],
+                send_wait_seconds=services(info)["settings"].broker_timeout_seconds,
                 database_clock=True,
             )
         except run_request.AgentNotFound as exc:
@@ -57,14 +58,14 @@ class RunMutation:
     async def cancel_run(self, info: Info, run_id: strawberry.ID) -> Run:
         viewer = info.context.require_viewer()
         ident = parse_id(run_id, "runId")
-        async with info.context.engine.connect() as conn:
+        async with services(info)["engine"].connect() as conn:
             owner = await run_owner(conn, ident)
         if owner is None or not may_see(viewer, owner):
             raise NotFound("run", ident)
         by = "its owner" if is_owner(viewer, owner) else f"an admin (user {viewer.user_id})"
         try:
             row = await run_cancel.cancel_run(
-                info.context.engine,
+                services(info)["engine"],
                 ident,
                 error=f"cancelled by {by}",
                 # An admin cancelling another owner's run is an admin action.

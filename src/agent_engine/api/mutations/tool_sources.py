@@ -15,6 +15,7 @@ from agent_engine.api.ids import parse_id
 from agent_engine.api.inputs import ToolSourceInput
 from agent_engine.api.mutations.common import transaction
 from agent_engine.api.resolvers import Info, described_mutation
+from agent_engine.api.state import services
 from agent_engine.api.types.catalog import ToolSource
 from agent_engine.db import tool_sources as sources_db
 from agent_engine.domain.mcp import source_name_problem, source_url_problem
@@ -22,7 +23,7 @@ from agent_engine.tool_sources.sync import sync_source
 
 
 async def _fresh(info: Info, source_id: int) -> ToolSource:
-    async with info.context.engine.connect() as conn:
+    async with services(info)["engine"].connect() as conn:
         row = await sources_db.fetch_source(conn, source_id)
     if row is None:  # never existed, or removed by a concurrent request meanwhile
         raise NotFound("tool source", source_id)
@@ -50,7 +51,7 @@ class ToolSourceMutation:
             if problem := await credential_rules.credential_key_problem(
                 conn,
                 input.auth_env,
-                allowed_prefixes=info.context.settings.credential_prefixes,
+                allowed_prefixes=services(info)["settings"].credential_prefixes,
             ):
                 raise BadUserInput("input.authEnv", problem)
             same_name = await sources_db.source_by_name(conn, input.name)
@@ -86,7 +87,7 @@ class ToolSourceMutation:
                 },
             )
         await sync_source(
-            info.context.engine, saved, seconds=info.context.settings.tool_timeout_seconds
+            services(info)["engine"], saved, seconds=services(info)["settings"].tool_timeout_seconds
         )
         return await _fresh(info, saved)
 
@@ -101,7 +102,9 @@ class ToolSourceMutation:
         source_id = parse_id(id, "id")
         await _fresh(info, source_id)
         result = await sync_source(
-            info.context.engine, source_id, seconds=info.context.settings.tool_timeout_seconds
+            services(info)["engine"],
+            source_id,
+            seconds=services(info)["settings"].tool_timeout_seconds,
         )
         async with transaction(info) as conn:
             await audit.record(

@@ -27,6 +27,7 @@ from agent_engine.api.live import (
     shared_stream,
 )
 from agent_engine.api.live.socket import _OPERATION
+from agent_engine.api.loaders import Loaders
 from agent_engine.settings import Settings
 
 QUERY = "subscription { seen { viewerId ownerId number } }"
@@ -168,9 +169,7 @@ def subscribe(
 ) -> None:
     """What GroupedTransportWSHandler.run_operation does for a `subscribe` message."""
     context = Context(
-        engine=engine,
-        settings=settings,
-        enqueue=lambda _run_id: None,
+        new_loaders=lambda now: Loaders(engine, now=now),
         now=datetime.now(UTC),
         viewer=viewer,
     )
