@@ -46,7 +46,7 @@ async def test_create_agent_preselects_default_model_and_computes_next_run(
     data = await api.data(
         CREATE,
         {"input": {"name": "Digest", "prompt": "What changed?", "schedule": schedule}},
-        token,
+        token=token,
     )
     agent = data["createAgent"]
     assert agent["model"] == {"id": str(default["id"]), "name": "default", "isDefault": True}
@@ -79,12 +79,14 @@ async def test_interval_schedule_and_manual_agent(api: Api, factories: Factories
     interval = await api.data(
         CREATE,
         {"input": {"name": "i", "prompt": "p", "schedule": {"interval": {"everyHours": 6}}}},
-        token,
+        token=token,
     )
     agent = interval["createAgent"]
     assert agent["schedule"] == {"__typename": "IntervalSchedule", "everyHours": 6}
     assert when(agent["nextRunAt"]) == FIXED_NOW + timedelta(hours=6)
-    manual = (await api.data(CREATE, {"input": {"name": "m", "prompt": "p"}}, token))["createAgent"]
+    manual = (await api.data(CREATE, {"input": {"name": "m", "prompt": "p"}}, token=token))[
+        "createAgent"
+    ]
     assert manual["status"] == "MANUAL"
     assert manual["nextRunAt"] is None
     assert manual["upcomingRunTimes"] == []
@@ -106,7 +108,7 @@ async def test_create_with_tools_meta_and_disabled(api: Api, factories: Factorie
                 "schedule": {"interval": {"everyHours": 1}},
             }
         },
-        api.token(OWNER),
+        as_user=OWNER,
     )
     agent = data["createAgent"]
     assert [t["name"] for t in agent["tools"]] == ["web_lookup"]
@@ -132,7 +134,7 @@ async def test_update_absent_unchanged_null_clears_schedule_change_reslots(
     )
     token = api.token(OWNER)
     # Renaming keeps the schedule and its slot.
-    renamed = (await api.data(UPDATE, {"id": str(row["id"]), "input": {"name": "R"}}, token))[
+    renamed = (await api.data(UPDATE, {"id": str(row["id"]), "input": {"name": "R"}}, token=token))[
         "updateAgent"
     ]
     assert renamed["name"] == "R"
@@ -145,7 +147,7 @@ async def test_update_absent_unchanged_null_clears_schedule_change_reslots(
         await api.data(
             UPDATE,
             {"id": str(row["id"]), "input": {"schedule": {"interval": {"everyHours": 3}}}},
-            token,
+            token=token,
         )
     )["updateAgent"]
     assert when(moved["nextRunAt"]) == FIXED_NOW + timedelta(hours=4)
@@ -154,7 +156,7 @@ async def test_update_absent_unchanged_null_clears_schedule_change_reslots(
         await api.data(
             UPDATE,
             {"id": str(row["id"]), "input": {"description": None, "schedule": None, "meta": None}},
-            token,
+            token=token,
         )
     )["updateAgent"]
     assert cleared["description"] is None
@@ -183,14 +185,14 @@ async def test_update_model_opens_the_gate_and_slots(api: Api, factories: Factor
         await api.data(
             f"query($id: ID!) {{ agent(id: $id) {{ {AGENT_FIELDS} }} }}",
             {"id": str(row["id"])},
-            token,
+            token=token,
         )
     )["agent"]
     assert agent["status"] == "NO_MODEL"
     assert agent["canStart"] is False
     updated = (
         await api.data(
-            UPDATE, {"id": str(row["id"]), "input": {"modelId": str(model["id"])}}, token
+            UPDATE, {"id": str(row["id"]), "input": {"modelId": str(model["id"])}}, token=token
         )
     )["updateAgent"]
     assert updated["status"] == "SCHEDULED"
@@ -209,10 +211,12 @@ async def test_set_agent_enabled_clears_and_recomputes_next_run(
     token = api.token(OWNER)
     query = """mutation($id: ID!, $on: Boolean!) {
         setAgentEnabled(id: $id, enabled: $on) { enabled status nextRunAt } }"""
-    off = (await api.data(query, {"id": str(row["id"]), "on": False}, token))["setAgentEnabled"]
+    off = (await api.data(query, {"id": str(row["id"]), "on": False}, token=token))[
+        "setAgentEnabled"
+    ]
     assert off == {"enabled": False, "status": "DISABLED", "nextRunAt": None}
     api.clock.now = FIXED_NOW + timedelta(hours=2)
-    on = (await api.data(query, {"id": str(row["id"]), "on": True}, token))["setAgentEnabled"]
+    on = (await api.data(query, {"id": str(row["id"]), "on": True}, token=token))["setAgentEnabled"]
     assert on["status"] == "SCHEDULED"
     assert when(on["nextRunAt"]) == FIXED_NOW + timedelta(hours=3)
 
@@ -224,7 +228,7 @@ async def test_delete_agent_takes_runs_and_links(
     row = await factories.agent(user_id=OWNER)
     await factories.run(agent_id=row["id"], state="succeeded")
     data = await api.data(
-        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, api.token(OWNER)
+        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, as_user=OWNER
     )
     assert data["deleteAgent"] == str(row["id"])
     async with engine.connect() as conn:
@@ -234,8 +238,8 @@ async def test_delete_agent_takes_runs_and_links(
             )
         ).scalar_one()
     assert left == 0
-    again = await api.gql(
-        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, api.token(OWNER)
+    again = await api.body(
+        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, as_user=OWNER
     )
     assert codes(again) == ["NOT_FOUND"]
 
@@ -251,32 +255,33 @@ async def test_tool_selection_accepts_only_allowed_tools(api: Api, factories: Fa
     set_tools = """mutation($a: ID!, $t: [ID!]!) {
         setAgentTools(agentId: $a, toolIds: $t) { tools { name } } }"""
     data = await api.data(
-        set_tools, {"a": agent_id, "t": [str(allowed["id"]), str(other["id"])]}, token
+        set_tools, {"a": agent_id, "t": [str(allowed["id"]), str(other["id"])]}, token=token
     )
     assert [t["name"] for t in data["setAgentTools"]["tools"]] == ["allowed_a", "allowed_b"]
-    refused = await api.gql(set_tools, {"a": agent_id, "t": [str(disallowed["id"])]}, token)
+    refused = await api.body(set_tools, {"a": agent_id, "t": [str(disallowed["id"])]}, token=token)
     assert error(refused)["extensions"] == {"code": "BAD_USER_INPUT", "field": "toolIds"}
     detach = "mutation($a: ID!, $t: ID!) { detachTool(agentId: $a, toolId: $t) { tools { name } } }"
-    data = await api.data(detach, {"a": agent_id, "t": str(other["id"])}, token)
+    data = await api.data(detach, {"a": agent_id, "t": str(other["id"])}, token=token)
     assert [t["name"] for t in data["detachTool"]["tools"]] == ["allowed_a"]
     attach = "mutation($a: ID!, $t: ID!) { attachTool(agentId: $a, toolId: $t) { tools { name } } }"
-    data = await api.data(attach, {"a": agent_id, "t": str(other["id"])}, token)
+    data = await api.data(attach, {"a": agent_id, "t": str(other["id"])}, token=token)
     assert [t["name"] for t in data["attachTool"]["tools"]] == ["allowed_a", "allowed_b"]
-    refused = await api.gql(attach, {"a": agent_id, "t": str(disallowed["id"])}, token)
+    refused = await api.body(attach, {"a": agent_id, "t": str(disallowed["id"])}, token=token)
     assert error(refused)["extensions"] == {"code": "BAD_USER_INPUT", "field": "toolId"}
     # A tool the admin disallows later stays in the selection, flagged.
     await api.data(
         "mutation($t: ID!) { setToolAllowed(toolId: $t, allowed: false) { id } }",
         {"t": str(allowed["id"])},
-        api.token(999, admin=True),
+        as_user=999,
+        admin=True,
     )
     data = await api.data(
         "query($id: ID!) { agent(id: $id) { tools { name agentsAllowed } } }",
         {"id": agent_id},
-        token,
+        token=token,
     )
     assert data["agent"]["tools"][0] == {"name": "allowed_a", "agentsAllowed": False}
-    available = await api.data("{ tools { name } }", None, token)
+    available = await api.data("{ tools { name } }", None, token=token)
     assert "allowed_a" not in [t["name"] for t in available["tools"]]
 
 
@@ -288,11 +293,11 @@ async def test_start_run_queued_then_skipped_already_running(
     start = """mutation($a: ID!) {
         startRun(agentId: $a) { id state reason trigger tokensUsed agent { id } } }"""
     token = api.token(OWNER)
-    first = (await api.data(start, {"a": str(row["id"])}, token))["startRun"]
+    first = (await api.data(start, {"a": str(row["id"])}, token=token))["startRun"]
     assert first["state"] == "QUEUED"
     assert first["trigger"] == "MANUAL"
     assert first["agent"] == {"id": str(row["id"])}
-    second = (await api.data(start, {"a": str(row["id"])}, token))["startRun"]
+    second = (await api.data(start, {"a": str(row["id"])}, token=token))["startRun"]
     assert second["state"] == "SKIPPED"
     assert second["reason"] == "ALREADY_RUNNING"
     assert second["tokensUsed"] == 0
@@ -300,7 +305,7 @@ async def test_start_run_queued_then_skipped_already_running(
         await api.data(
             "query($id: ID!) { agent(id: $id) { activeRun { id } lastRun { id reason } } }",
             {"id": str(row["id"])},
-            token,
+            token=token,
         )
     )["agent"]
     assert agent["activeRun"] == {"id": first["id"]}
@@ -323,7 +328,7 @@ async def test_start_run_budget_exceeded_is_journaled(api: Api, factories: Facto
         await api.data(
             "mutation($a: ID!) { startRun(agentId: $a) { state reason } }",
             {"a": str(row["id"])},
-            token,
+            token=token,
         )
     )["startRun"]
     assert run == {"state": "SKIPPED", "reason": "BUDGET_EXCEEDED"}
@@ -332,7 +337,7 @@ async def test_start_run_budget_exceeded_is_journaled(api: Api, factories: Facto
             """{ viewer { budget { capTokens usedTokens remainingTokens exceeded
                 windowStart windowEnd timezone } } }""",
             None,
-            token,
+            token=token,
         )
     )["viewer"]["budget"]
     assert budget["capTokens"] == 100
@@ -355,8 +360,8 @@ async def test_start_run_closed_gate_names_the_lock_and_writes_nothing(
     token = api.token(OWNER)
     for lock, values in cases.items():
         row = await factories.agent(user_id=OWNER, **values)
-        body = await api.gql(
-            "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": str(row["id"])}, token
+        body = await api.body(
+            "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": str(row["id"])}, token=token
         )
         assert error(body)["extensions"] == {"code": "AGENT_NOT_STARTABLE", "lock": lock}
     async with engine.connect() as conn:
@@ -381,9 +386,9 @@ async def test_run_journal_paging_with_cursors_and_states(api: Api, factories: F
     seen: list[str] = []
     after = None
     while True:
-        page = (await api.data(query, {"id": str(row["id"]), "after": after}, token))["agent"][
-            "runs"
-        ]
+        page = (await api.data(query, {"id": str(row["id"]), "after": after}, token=token))[
+            "agent"
+        ]["runs"]
         seen += [e["node"]["id"] for e in page["edges"]]
         if not page["pageInfo"]["hasNextPage"]:
             break
@@ -391,9 +396,9 @@ async def test_run_journal_paging_with_cursors_and_states(api: Api, factories: F
         assert after == page["edges"][-1]["cursor"]
         assert str(page["edges"][-1]["node"]["id"]) not in after  # opaque
     assert seen == [str(r["id"]) for r in reversed(runs)]
-    failed = (await api.data(query, {"id": str(row["id"]), "states": ["FAILED"]}, token))["agent"][
-        "runs"
-    ]
+    failed = (await api.data(query, {"id": str(row["id"]), "states": ["FAILED"]}, token=token))[
+        "agent"
+    ]["runs"]
     assert {e["node"]["state"] for e in failed["edges"]} == {"FAILED"}
 
 
@@ -406,7 +411,7 @@ async def test_run_query_and_viewer(api: Api, factories: Factories) -> None:
         """query($id: ID!) { run(id: $id) { id state startedAt agent { name } }
            viewer { isAdmin user { id email displayName timezone } agents { name } } }""",
         {"id": str(run["id"])},
-        token,
+        token=token,
     )
     assert data["run"]["state"] == "RUNNING"
     assert data["run"]["agent"] == {"name": "mine"}
@@ -424,7 +429,9 @@ async def test_run_query_and_viewer(api: Api, factories: Factories) -> None:
 
 async def test_first_sight_provisions_user_from_claims(api: Api, engine: AsyncEngine) -> None:
     token = api.token(77, email="new@example.com", name="New Person", timezone="Asia/Tokyo")
-    data = await api.data("{ viewer { user { id email displayName timezone } } }", None, token)
+    data = await api.data(
+        "{ viewer { user { id email displayName timezone } } }", None, token=token
+    )
     assert data["viewer"]["user"] == {
         "id": "77",
         "email": "new@example.com",
@@ -439,9 +446,7 @@ async def test_first_sight_provisions_user_from_claims(api: Api, engine: AsyncEn
 async def test_agent_models_list(api: Api, factories: Factories) -> None:
     await factories.model(name="a", is_default=True)
     await factories.model(name="b", provider="openai", model="gpt-4o-mini")
-    data = await api.data(
-        "{ agentModels { name provider model isDefault } }", None, api.token(OWNER)
-    )
+    data = await api.data("{ agentModels { name provider model isDefault } }", None, as_user=OWNER)
     assert data["agentModels"] == [
         {"name": "a", "provider": "builtin", "model": "builtin-digest", "isDefault": True},
         {"name": "b", "provider": "openai", "model": "gpt-4o-mini", "isDefault": False},
