@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
-from agent_engine.api.auth import mint_token
 from agent_engine.embedded import free_port
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
@@ -42,15 +40,18 @@ from tests.integration.runs.support import (
     settings_env,
 )
 from tests.support.factories import Factories
+from tests.support.graphql import GraphQL, codes, token
 
 __all__ = [
     "FAKE_KEY_ENV",
     "Client",
     "Stack",
     "agent_engine_command",
+    "codes",
     "eventually",
     "fetch",
     "settings_env",
+    "token",
 ]
 
 PROCESS_START_SECONDS = 40.0
@@ -209,50 +210,15 @@ async def owner_with_agents(
     return owner, agents
 
 
-def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: Any) -> str:
-    return mint_token(
-        settings.jwt_secret or "", user_id=user_id, admin=admin, ttl=timedelta(hours=1), **claims
-    )
-
-
-def codes(body: dict[str, Any]) -> list[str | None]:
-    return [(e.get("extensions") or {}).get("code") for e in body.get("errors") or []]
-
-
 @dataclass
-class Client:
-    """GraphQL over HTTP as a frontend client sends it."""
+class Client(GraphQL):
+    """The shared GraphQL client as a frontend sends it (`bearer`: the session's token); no answer
+    may carry an INTERNAL error."""
 
-    url: str
-    bearer: str | None = None
-    http: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=30.0))
-
-    async def post(self, query: str, variables: dict[str, Any] | None = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.bearer}"} if self.bearer else {}
-        return await self.http.post(
-            f"{self.url}/graphql",
-            json={"query": query, "variables": variables or {}},
-            headers=headers,
-        )
-
-    async def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = await self.post(query, variables)
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        assert "INTERNAL" not in codes(body), body
-        return body
-
-    async def data(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = await self.gql(query, variables)
-        assert not body.get("errors"), body["errors"]
-        data: dict[str, Any] = body["data"]
-        return data
+    no_internal: bool = True
 
     async def healthz(self) -> int:
         return (await self.http.get(f"{self.url}/healthz")).status_code
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
 
 
 # --- invariants (docs/architecture.md §3, §4) -----------------------------------------------------

@@ -98,9 +98,9 @@ async def test_bad_tokens_are_refused_over_http_and_websocket(
     url = api.url or ""
     for name, make in BAD_TOKENS.items():
         bearer = make(stack.settings)
-        client = Client(url, bearer)
+        client = Client(url, bearer=bearer)
         try:
-            body = await client.gql(VIEWER)
+            body = await client.body(VIEWER)
         finally:
             await client.aclose()
         expected = "FORBIDDEN" if name == "deactivated user" else "UNAUTHENTICATED"
@@ -160,13 +160,13 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
     api = await stack.api()
     stack.worker(threads=2)
     url = api.url or ""
-    alice = Client(url, token(stack.settings, ALICE))
-    bob = Client(url, token(stack.settings, BOB))
+    alice = Client(url, bearer=token(stack.settings, ALICE))
+    bob = Client(url, bearer=token(stack.settings, BOB))
     try:
         # --- HTTP: reads ----------------------------------------------------------------------
         before = await _snapshot(engine)
         for query, ident in ((AGENT, alices["id"]), (RUN, alices_run["id"])):
-            body = await bob.gql(query, {"id": str(ident)})
+            body = await bob.body(query, {"id": str(ident)})
             assert SECRET not in json.dumps(body)
             assert all(v is None for v in (body.get("data") or {}).values()), body
             assert codes(body) in ([], ["NOT_FOUND"]), body
@@ -176,7 +176,7 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
             variables = {"a": str(alices["id"])}
             if "$t" in mutation:
                 variables["t"] = str(tool["id"])
-            body = await bob.gql(mutation, variables)
+            body = await bob.body(mutation, variables)
             assert codes(body) == ["NOT_FOUND"], (name, body)
         assert await _snapshot(engine) == before
 

@@ -48,7 +48,7 @@ async def test_deactivation_closes_the_users_sockets_on_every_api_process(
     bystander = (await factories.user())["id"]
     admin = (await factories.user())["id"]
     first, second = await stack.api(), await stack.api()
-    overseer = Client(first.url or "", token(stack.settings, admin, admin=True))
+    overseer = Client(first.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         async with (
             websocket(first.url or "") as on_first,
@@ -82,7 +82,7 @@ async def test_every_operation_on_a_socket_checks_the_viewer_again(
     # No sweep during the test: only the per-operation check can stop the mutation.
     stack.settings = stack.settings.model_copy(update={"session_check_seconds": 3600.0})
     api = await stack.api()
-    overseer = Client(api.url or "", token(stack.settings, admin, admin=True))
+    overseer = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         async with websocket(api.url or "") as ws:
             assert (await ws.init(token(stack.settings, owner)))["type"] == "connection_ack"
