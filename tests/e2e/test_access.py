@@ -108,7 +108,7 @@ async def test_bad_tokens_are_refused_over_http_and_websocket(
         assert body.get("data") is None, (name, body)
         async with websocket(url) as ws:
             with pytest.raises(ConnectionClosed) as closed:
-                await ws.init(bearer)
+                await ws.init(bearer=bearer)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403, name
     # The deactivated user stayed deactivated: the token did not revive the account.
     async with factories.engine.connect() as conn:
@@ -182,8 +182,8 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
 
         # --- WebSocket ------------------------------------------------------------------------
         async with websocket(url) as bob_ws, websocket(url) as alice_ws:
-            assert (await bob_ws.init(bob.bearer))["type"] == "connection_ack"
-            assert (await alice_ws.init(alice.bearer))["type"] == "connection_ack"
+            assert (await bob_ws.init(bearer=bob.bearer))["type"] == "connection_ack"
+            assert (await alice_ws.init(bearer=alice.bearer))["type"] == "connection_ack"
             await bob_ws.subscribe("theirs", RUN_EVENTS, {"a": str(alices["id"])})
             refused = await bob_ws.receive()
             assert refused["type"] == "error", refused

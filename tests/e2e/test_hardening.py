@@ -173,8 +173,8 @@ async def test_admins_oversee_but_never_act_as_the_owner_or_read_outputs(
         assert await fetch(engine, "SELECT id FROM agent_runs") == []
 
         async with websocket(url) as owner_ws, websocket(url) as admin_ws:
-            assert (await owner_ws.init(client.bearer))["type"] == "connection_ack"
-            assert (await admin_ws.init(overseer.bearer))["type"] == "connection_ack"
+            assert (await owner_ws.init(bearer=client.bearer))["type"] == "connection_ack"
+            assert (await admin_ws.init(bearer=overseer.bearer))["type"] == "connection_ack"
             await owner_ws.subscribe("o", RUN_EVENTS)
             await admin_ws.subscribe("a", RUN_EVENTS)
             await owner_ws.messages_for(0.5)  # both subscriptions registered
@@ -311,7 +311,7 @@ async def test_a_costly_document_is_refused_before_it_runs_and_agents_are_capped
         assert len(served["viewer"]["agents"]) == 3
         # The same estimate for subscription documents.
         async with websocket(url) as ws:
-            assert (await ws.init(client.bearer))["type"] == "connection_ack"
+            assert (await ws.init(bearer=client.bearer))["type"] == "connection_ack"
             await ws.subscribe("s", COSTLY_SUBSCRIPTION)
             refused = await ws.receive()
         assert refused["type"] == "error", refused

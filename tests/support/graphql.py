@@ -9,20 +9,32 @@ Who is asking is said the same way everywhere, by keyword:
 
 `post` returns the response; `body` asserts HTTP 200 and returns the JSON (and, with
 `no_internal`, that no error is INTERNAL); `data` asserts there are no errors and returns `data`.
+
+`websocket(url)` opens a graphql-transport-ws connection, `GraphQLWs` speaks it message by message.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
 from agent_engine.api.auth import mint_token
 from agent_engine.settings import Settings
 
 TOKEN_TTL = timedelta(hours=1)
+EVENT_TIMEOUT_SECONDS = 20.0
+TRANSPORT_WS = Subprotocol("graphql-transport-ws")
+LEGACY_WS = Subprotocol("graphql-ws")
 
 
 def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: Any) -> str:
@@ -112,3 +124,98 @@ class GraphQL:
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+# --- graphql-transport-ws -------------------------------------------------------------------------
+
+
+class GraphQLWs:
+    """The client side of graphql-transport-ws, message by message."""
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self._pending: list[dict[str, Any]] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.connection.send(json.dumps(message))
+
+    async def init(
+        self, payload: dict[str, Any] | None = None, *, bearer: str | None = None
+    ) -> dict[str, Any]:
+        """`connection_init` with `payload`, or with `bearer` as its Authorization."""
+        if bearer:
+            payload = {**(payload or {}), "Authorization": f"Bearer {bearer}"}
+        await self.send({"type": "connection_init", "payload": payload or {}})
+        return await self.receive()
+
+    async def subscribe(self, id: str, query: str, variables: dict[str, Any] | None = None) -> None:
+        await self.send(
+            {"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}
+        )
+
+    async def complete(self, id: str) -> None:
+        await self.send({"id": id, "type": "complete"})
+
+    async def receive(self, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
+        if self._pending:
+            return self._pending.pop(0)
+        async with asyncio.timeout(within):
+            while True:
+                message: dict[str, Any] = json.loads(await self.connection.recv())
+                if message.get("type") == "ping":
+                    await self.send({"type": "pong"})
+                    continue
+                return message
+
+    async def message_for(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
+        """The next message of operation `id`; others are kept for later."""
+        for index, message in enumerate(self._pending):
+            if message.get("id") == id:
+                return self._pending.pop(index)
+        async with asyncio.timeout(within):
+            while True:
+                message: dict[str, Any] = json.loads(await self.connection.recv())
+                if message.get("type") == "ping":
+                    await self.send({"type": "pong"})
+                elif message.get("id") == id:
+                    return message
+                else:
+                    self._pending.append(message)
+
+    async def next_data(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
+        message = await self.message_for(id, within)
+        assert message["type"] == "next", message
+        assert not message["payload"].get("errors"), message
+        data: dict[str, Any] = message["payload"]["data"]
+        return data
+
+    async def messages_for(self, seconds: float) -> list[dict[str, Any]]:
+        """Every message that arrives within `seconds` (after those kept for later)."""
+        found, self._pending = self._pending, []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                found.append(await self.receive(within=left))
+            except TimeoutError:
+                break
+        return found
+
+    async def nothing_for(self, seconds: float) -> None:
+        """No message arrives for `seconds`."""
+        assert not self._pending, self._pending
+        try:
+            async with asyncio.timeout(seconds):
+                message = await self.connection.recv()
+        except TimeoutError:
+            return
+        raise AssertionError(f"unexpected message: {message!r}")
+
+
+@asynccontextmanager
+async def websocket(
+    url: str, *, subprotocol: Subprotocol = TRANSPORT_WS
+) -> AsyncIterator[GraphQLWs]:
+    """A WebSocket to `url`/graphql (`url`: the server's http:// base URL)."""
+    ws_url = url.replace("http://", "ws://", 1) + "/graphql"
+    async with connect(ws_url, subprotocols=[subprotocol], proxy=None) as connection:
+        yield GraphQLWs(connection)
