@@ -36,36 +36,44 @@ async def test_the_pause_note_is_shown_to_the_owner_until_unpaused(
 ) -> None:
     owner = await factories.user()
     agent = await factories.agent(user_id=owner["id"])
-    admin = api.token(ADMIN, admin=True)
-    mine = api.token(owner["id"])
     ident = str(agent["id"])
     read = "query($a: ID!) { agent(id: $a) { status adminPauseNote } }"
 
     note = "policy review, see ticket 42"
-    await api.data(PAUSE, {"a": ident, "p": True, "n": note}, token=admin)
-    assert (await api.data(read, {"a": ident}, token=mine))["agent"] == {
+    await api.data(PAUSE, {"a": ident, "p": True, "n": note}, as_user=ADMIN, admin=True)
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"] == {
         "status": "ADMIN_PAUSED",
         "adminPauseNote": note,
     }
     # Paused again without a note: the old note does not linger.
-    await api.data(PAUSE, {"a": ident, "p": True}, token=admin)
-    assert (await api.data(read, {"a": ident}, token=mine))["agent"]["adminPauseNote"] is None
-    await api.data(PAUSE, {"a": ident, "p": True, "n": "  second look  "}, token=admin)
-    assert (await api.data(read, {"a": ident}, token=mine))["agent"][
+    await api.data(PAUSE, {"a": ident, "p": True}, as_user=ADMIN, admin=True)
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"][
+        "adminPauseNote"
+    ] is None
+    await api.data(
+        PAUSE, {"a": ident, "p": True, "n": "  second look  "}, as_user=ADMIN, admin=True
+    )
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"][
         "adminPauseNote"
     ] == "second look"
 
-    unpaused = (await api.data(PAUSE, {"a": ident, "p": False}, token=admin))["setAdminPaused"]
+    unpaused = (await api.data(PAUSE, {"a": ident, "p": False}, as_user=ADMIN, admin=True))[
+        "setAdminPaused"
+    ]
     assert unpaused == {"status": "MANUAL", "adminPauseNote": None}
 
-    too_long = await api.body(PAUSE, {"a": ident, "p": True, "n": "x" * 501}, token=admin)
+    too_long = await api.body(
+        PAUSE, {"a": ident, "p": True, "n": "x" * 501}, as_user=ADMIN, admin=True
+    )
     assert codes(too_long) == ["BAD_USER_INPUT"]
     assert error(too_long)["extensions"]["field"] == "note"
-    assert (await api.data(read, {"a": ident}, token=mine))["agent"]["status"] == "MANUAL"
-    exactly = await api.data(PAUSE, {"a": ident, "p": True, "n": "y" * 500}, token=admin)
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"]["status"] == "MANUAL"
+    exactly = await api.data(
+        PAUSE, {"a": ident, "p": True, "n": "y" * 500}, as_user=ADMIN, admin=True
+    )
     assert exactly["setAdminPaused"]["adminPauseNote"] == "y" * 500
     # Owners cannot touch the lock, note or not.
-    refused = await api.body(PAUSE, {"a": ident, "p": False, "n": "mine"}, token=mine)
+    refused = await api.body(PAUSE, {"a": ident, "p": False, "n": "mine"}, as_user=owner["id"])
     assert codes(refused) == ["FORBIDDEN"]
 
 
@@ -162,17 +170,18 @@ async def test_every_admin_action_is_recorded_with_actor_time_and_details(
 async def test_owners_own_actions_are_not_audited(api: Api, factories: Factories) -> None:
     owner = await factories.user()
     await factories.model(is_default=True)
-    mine = api.token(owner["id"])
     created = await api.data(
-        'mutation { createAgent(input: { name: "Mine", prompt: "p" }) { id } }', None, token=mine
+        'mutation { createAgent(input: { name: "Mine", prompt: "p" }) { id } }',
+        None,
+        as_user=owner["id"],
     )
     ident = created["createAgent"]["id"]
     await api.data(
         'mutation($a: ID!) { updateAgent(id: $a, input: { name: "Renamed" }) { id } }',
         {"a": ident},
-        token=mine,
+        as_user=owner["id"],
     )
-    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": ident}, token=mine)
+    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": ident}, as_user=owner["id"])
     # An admin deleting their own agent is an owner's action too.
     admin = api.token(ADMIN, admin=True)
     admin_agent = await api.data(
@@ -301,17 +310,20 @@ async def test_run_retention_days_out_of_range_is_bad_input(api: Api, days: int)
 
 
 async def test_run_retention_days_is_set_kept_and_cleared(api: Api) -> None:
-    admin = api.token(ADMIN, admin=True)
-    assert (await api.data(SETTINGS, {"input": {"runRetentionDays": 1}}, token=admin))[
-        "updatePlatformSettings"
-    ]["runRetentionDays"] == 1
-    kept = await api.data(SETTINGS, {"input": {"weeklyTokenCap": 10}}, token=admin)
+    assert (
+        await api.data(SETTINGS, {"input": {"runRetentionDays": 1}}, as_user=ADMIN, admin=True)
+    )["updatePlatformSettings"]["runRetentionDays"] == 1
+    kept = await api.data(SETTINGS, {"input": {"weeklyTokenCap": 10}}, as_user=ADMIN, admin=True)
     assert kept["updatePlatformSettings"]["runRetentionDays"] == 1
-    read = await api.data("{ platformSettings { runRetentionDays } }", None, token=admin)
+    read = await api.data(
+        "{ platformSettings { runRetentionDays } }", None, as_user=ADMIN, admin=True
+    )
     assert read["platformSettings"]["runRetentionDays"] == 1
-    cleared = await api.data(SETTINGS, {"input": {"runRetentionDays": None}}, token=admin)
+    cleared = await api.data(
+        SETTINGS, {"input": {"runRetentionDays": None}}, as_user=ADMIN, admin=True
+    )
     assert cleared["updatePlatformSettings"]["runRetentionDays"] is None
-    top = await api.data(SETTINGS, {"input": {"runRetentionDays": 3650}}, token=admin)
+    top = await api.data(SETTINGS, {"input": {"runRetentionDays": 3650}}, as_user=ADMIN, admin=True)
     assert top["updatePlatformSettings"]["runRetentionDays"] == 3650
 
 
@@ -322,12 +334,11 @@ async def test_reactivation_cancels_and_delivery_targets_are_audited_but_owners_
     await factories.user(ADMIN)
     agent = await factories.agent(user_id=owner["id"])
     admin = api.token(ADMIN, admin=True)
-    mine = api.token(owner["id"])
     cancel = "mutation($r: ID!) { cancelRun(runId: $r) { state reason } }"
     by_admin = await factories.run(agent["id"], state="queued")
     await api.data(cancel, {"r": str(by_admin["id"])}, token=admin)
     by_owner = await factories.run(agent["id"], state="queued")
-    await api.data(cancel, {"r": str(by_owner["id"])}, token=mine)
+    await api.data(cancel, {"r": str(by_owner["id"])}, as_user=owner["id"])
     await api.data(
         "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, token=admin
     )

@@ -15,20 +15,19 @@ USER = 41
 
 
 async def test_depth_alias_and_token_limits(api: Api) -> None:
-    token = api.token(USER)
     levels = api.settings.max_query_depth + 2
     deep = (
         "{ viewer { agents { " + "lastRun { agent { " * levels + "id" + " } }" * levels + " } } }"
     )
-    body = await api.body(deep, None, token=token)
+    body = await api.body(deep, None, as_user=USER)
     assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
     assert "depth" in body["errors"][0]["message"]
     aliases = "{ " + " ".join(f"a{i}: viewer {{ isAdmin }}" for i in range(31)) + " }"
-    body = await api.body(aliases, None, token=token)
+    body = await api.body(aliases, None, as_user=USER)
     assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
     assert "aliases" in body["errors"][0]["message"]
     many_tokens = "{ viewer { " + " ".join(["isAdmin"] * 2100) + " } }"
-    body = await api.body(many_tokens, None, token=token)
+    body = await api.body(many_tokens, None, as_user=USER)
     assert body["errors"]
     assert "token" in body["errors"][0]["message"].lower()
 

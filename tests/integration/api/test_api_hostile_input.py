@@ -134,14 +134,13 @@ async def test_a_nul_character_in_any_text_is_bad_user_input_naming_the_field(
     api: Api, factories: Factories, fields: dict[str, Any], field: str
 ) -> None:
     await factories.user(id=OWNER)
-    token = api.token(OWNER)
-    body = await api.body(CREATE, {"input": fields}, token=token)
+    body = await api.body(CREATE, {"input": fields}, as_user=OWNER)
     assert bad_input_field(body) == field
     assert "NUL" in body["errors"][0]["message"]
     # The same in a literal of the document.
     literal = 'mutation { createAgent(input: {name: "n", prompt: "u\\u0000x"}) { id } }'
-    assert bad_input_field(await api.body(literal, token=token)) == "input.prompt"
-    assert (await api.data("{ viewer { agents { id } } }", token=token)) == {
+    assert bad_input_field(await api.body(literal, as_user=OWNER)) == "input.prompt"
+    assert (await api.data("{ viewer { agents { id } } }", as_user=OWNER)) == {
         "viewer": {"agents": []}
     }
 

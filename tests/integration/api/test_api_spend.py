@@ -167,13 +167,12 @@ async def test_the_admin_spend_report_is_per_owner_and_week(
 
     query = """query Spend($start: DateTime) { adminSpend(windowStart: $start) {
       owner { id } tokens cost runs } }"""
-    admin = api.token(1, admin=True)
-    this_week = (await api.data(query, None, token=admin))["adminSpend"]
+    this_week = (await api.data(query, None, as_user=1, admin=True))["adminSpend"]
     assert this_week == [
         {"owner": {"id": "41"}, "tokens": 1500, "cost": "0.5", "runs": 2},
         {"owner": {"id": "42"}, "tokens": 300, "cost": "0.25", "runs": 1},
     ]
-    last_week = (await api.data(query, {"start": "2025-03-05T12:00:00Z"}, token=admin))[
+    last_week = (await api.data(query, {"start": "2025-03-05T12:00:00Z"}, as_user=1, admin=True))[
         "adminSpend"
     ]
     assert last_week == [{"owner": {"id": "43"}, "tokens": 9999, "cost": "9", "runs": 1}]

@@ -164,15 +164,14 @@ async def test_a_pages_prefetched_relations_answer_what_each_agent_answers(
     await factories.user(id=owner)
     await _agents_with_relations(factories, owner, 3)
     bare = await factories.agent(user_id=owner, model_id=None, name="bare")  # no relations at all
-    token = api.token(owner)
 
-    page = await api.data(f"{{ viewer {{ agents {{ {RELATIONS} }} }} }}", None, token=token)
+    page = await api.data(f"{{ viewer {{ agents {{ {RELATIONS} }} }} }}", None, as_user=owner)
     one_by_one = [
         (
             await api.data(
                 f"query($id: ID!) {{ agent(id: $id) {{ {RELATIONS} }} }}",
                 {"id": a["id"]},
-                token=token,
+                as_user=owner,
             )
         )["agent"]
         for a in page["viewer"]["agents"]
