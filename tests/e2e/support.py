@@ -10,14 +10,11 @@ are the session's embedded PostgreSQL and Valkey.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +23,7 @@ import pytest
 import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.typing import Subprotocol
 
-from agent_engine.api.auth import mint_token
 from agent_engine.embedded import free_port
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
@@ -42,23 +36,36 @@ from tests.integration.runs.support import (
     settings_env,
 )
 from tests.support.factories import Factories
+from tests.support.graphql import (
+    LEGACY_WS,
+    TRANSPORT_WS,
+    GraphQL,
+    GraphQLWs,
+    codes,
+    token,
+    websocket,
+)
 
 __all__ = [
     "FAKE_KEY_ENV",
+    "LEGACY_WS",
+    "TRANSPORT_WS",
     "Client",
+    "GraphQLWs",
     "Stack",
     "agent_engine_command",
+    "codes",
     "eventually",
     "fetch",
     "settings_env",
+    "token",
+    "websocket",
 ]
 
 PROCESS_START_SECONDS = 40.0
 PROCESS_STOP_SECONDS = 15.0
 # A user notices a refusal that takes longer than this.
 QUICK_SECONDS = 2.0
-TRANSPORT_WS = Subprotocol("graphql-transport-ws")
-LEGACY_WS = Subprotocol("graphql-ws")
 TERMINAL_STATES = ("succeeded", "failed", "skipped")
 
 # Short timings, so crashes are noticed within seconds (the defaults are 30 s / 90 s,
@@ -209,50 +216,15 @@ async def owner_with_agents(
     return owner, agents
 
 
-def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: Any) -> str:
-    return mint_token(
-        settings.jwt_secret or "", user_id=user_id, admin=admin, ttl=timedelta(hours=1), **claims
-    )
-
-
-def codes(body: dict[str, Any]) -> list[str | None]:
-    return [(e.get("extensions") or {}).get("code") for e in body.get("errors") or []]
-
-
 @dataclass
-class Client:
-    """GraphQL over HTTP as a frontend client sends it."""
+class Client(GraphQL):
+    """The shared GraphQL client as a frontend sends it (`bearer`: the session's token); no answer
+    may carry an INTERNAL error."""
 
-    url: str
-    bearer: str | None = None
-    http: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=30.0))
-
-    async def post(self, query: str, variables: dict[str, Any] | None = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.bearer}"} if self.bearer else {}
-        return await self.http.post(
-            f"{self.url}/graphql",
-            json={"query": query, "variables": variables or {}},
-            headers=headers,
-        )
-
-    async def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = await self.post(query, variables)
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        assert "INTERNAL" not in codes(body), body
-        return body
-
-    async def data(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = await self.gql(query, variables)
-        assert not body.get("errors"), body["errors"]
-        data: dict[str, Any] = body["data"]
-        return data
+    no_internal: bool = True
 
     async def healthz(self) -> int:
         return (await self.http.get(f"{self.url}/healthz")).status_code
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
 
 
 # --- invariants (docs/architecture.md §3, §4) -----------------------------------------------------
@@ -353,51 +325,3 @@ def marker_counts(fake: FakeOpenAIServer, markers: list[str]) -> dict[str, int]:
             if marker in system:
                 counts[marker] += 1
     return counts
-
-
-# --- WebSocket (graphql-transport-ws) -----------------------------------------------------------
-
-
-class Ws:
-    def __init__(self, connection: ClientConnection) -> None:
-        self.connection = connection
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.connection.send(json.dumps(message))
-
-    async def receive(self, within: float = 10.0) -> dict[str, Any]:
-        async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                    continue
-                return message
-
-    async def init(self, bearer: str | None) -> dict[str, Any]:
-        payload = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-        await self.send({"type": "connection_init", "payload": payload})
-        return await self.receive()
-
-    async def subscribe(self, id: str, query: str, variables: dict[str, Any] | None = None) -> None:
-        await self.send(
-            {"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}
-        )
-
-    async def messages_for(self, seconds: float) -> list[dict[str, Any]]:
-        """Every message that arrives within `seconds`."""
-        found: list[dict[str, Any]] = []
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                found.append(await self.receive(within=left))
-            except TimeoutError:
-                break
-        return found
-
-
-@asynccontextmanager
-async def websocket(url: str, *, subprotocol: Subprotocol = TRANSPORT_WS) -> AsyncIterator[Ws]:
-    ws_url = url.replace("http://", "ws://", 1) + "/graphql"
-    async with connect(ws_url, subprotocols=[subprotocol], proxy=None) as connection:
-        yield Ws(connection)

@@ -217,7 +217,7 @@ async def test_legacy_graphql_ws_and_a_subscription_flood_are_refused(
     cap = stack.settings.max_subscriptions_per_connection
     flood = cap * 5
     async with websocket(url) as ws:
-        assert (await ws.init(bearer))["type"] == "connection_ack"
+        assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
         began = time.monotonic()
         for number in range(flood):
             await ws.subscribe(str(number), BUDGET)
@@ -286,7 +286,7 @@ async def test_websocket_messages_are_held_to_the_request_limits(
     bearer = token(stack.settings, OWNER)
     limit = stack.settings.max_document_bytes
     async with websocket(url) as ws:
-        assert (await ws.init(bearer))["type"] == "connection_ack"
+        assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
         await ws.subscribe("big", BUDGET + " #" + "x" * limit)
         refused = await ws.receive()
         assert refused["type"] == "error", refused
@@ -301,13 +301,13 @@ async def test_websocket_messages_are_held_to_the_request_limits(
             "payload": {"data": {"viewer": {"isAdmin": False}}},
         }
     async with websocket(url) as ws:
-        assert (await ws.init(bearer))["type"] == "connection_ack"
+        assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
         with pytest.raises(ConnectionClosed) as closed:
             await ws.subscribe("huge", "{ __typename } #" + "x" * stack.settings.max_body_bytes)
             await ws.receive()
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
     async with websocket(url) as ws:
-        assert (await ws.init(bearer))["type"] == "connection_ack"
+        assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
         with pytest.raises(ConnectionClosed) as closed:
             await ws.connection.send("[" * 100_000 + "]" * 100_000)
             await ws.receive()

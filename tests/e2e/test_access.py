@@ -98,9 +98,9 @@ async def test_bad_tokens_are_refused_over_http_and_websocket(
     url = api.url or ""
     for name, make in BAD_TOKENS.items():
         bearer = make(stack.settings)
-        client = Client(url, bearer)
+        client = Client(url, bearer=bearer)
         try:
-            body = await client.gql(VIEWER)
+            body = await client.body(VIEWER)
         finally:
             await client.aclose()
         expected = "FORBIDDEN" if name == "deactivated user" else "UNAUTHENTICATED"
@@ -108,7 +108,7 @@ async def test_bad_tokens_are_refused_over_http_and_websocket(
         assert body.get("data") is None, (name, body)
         async with websocket(url) as ws:
             with pytest.raises(ConnectionClosed) as closed:
-                await ws.init(bearer)
+                await ws.init(bearer=bearer)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403, name
     # The deactivated user stayed deactivated: the token did not revive the account.
     async with factories.engine.connect() as conn:
@@ -160,13 +160,13 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
     api = await stack.api()
     stack.worker(threads=2)
     url = api.url or ""
-    alice = Client(url, token(stack.settings, ALICE))
-    bob = Client(url, token(stack.settings, BOB))
+    alice = Client(url, bearer=token(stack.settings, ALICE))
+    bob = Client(url, bearer=token(stack.settings, BOB))
     try:
         # --- HTTP: reads ----------------------------------------------------------------------
         before = await _snapshot(engine)
         for query, ident in ((AGENT, alices["id"]), (RUN, alices_run["id"])):
-            body = await bob.gql(query, {"id": str(ident)})
+            body = await bob.body(query, {"id": str(ident)})
             assert SECRET not in json.dumps(body)
             assert all(v is None for v in (body.get("data") or {}).values()), body
             assert codes(body) in ([], ["NOT_FOUND"]), body
@@ -176,14 +176,14 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
             variables = {"a": str(alices["id"])}
             if "$t" in mutation:
                 variables["t"] = str(tool["id"])
-            body = await bob.gql(mutation, variables)
+            body = await bob.body(mutation, variables)
             assert codes(body) == ["NOT_FOUND"], (name, body)
         assert await _snapshot(engine) == before
 
         # --- WebSocket ------------------------------------------------------------------------
         async with websocket(url) as bob_ws, websocket(url) as alice_ws:
-            assert (await bob_ws.init(bob.bearer))["type"] == "connection_ack"
-            assert (await alice_ws.init(alice.bearer))["type"] == "connection_ack"
+            assert (await bob_ws.init(bearer=bob.bearer))["type"] == "connection_ack"
+            assert (await alice_ws.init(bearer=alice.bearer))["type"] == "connection_ack"
             await bob_ws.subscribe("theirs", RUN_EVENTS, {"a": str(alices["id"])})
             refused = await bob_ws.receive()
             assert refused["type"] == "error", refused

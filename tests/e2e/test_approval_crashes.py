@@ -59,8 +59,8 @@ async def _parked_run(
     api = await running.api()
     admin = (await factories.user())["id"]
     owner = (await factories.user())["id"]
-    admin_client = Client(api.url or "", token(running.settings, admin, admin=True))
-    client = Client(api.url or "", token(running.settings, owner))
+    admin_client = Client(api.url or "", bearer=token(running.settings, admin, admin=True))
+    client = Client(api.url or "", bearer=token(running.settings, owner))
     try:
         source = (await admin_client.data(UPSERT, {"i": {"name": "tickets", "url": tickets.url}}))[
             "upsertToolSource"

@@ -51,7 +51,7 @@ async def test_valkey_restart_under_load_loses_no_run(
     api = await stack.api()
     stack.worker(threads=4)
     stack.clock()
-    client = Client(api.url or "", token(stack.settings, owner))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
     requested: list[dict[str, str]] = []
     readiness: set[int] = set()
 

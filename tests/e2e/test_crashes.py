@@ -71,7 +71,7 @@ async def test_sigkill_worker_mid_runs_every_run_terminal_none_twice_agents_run_
     owner, agents, markers = await _owners_agents(factories, fake_openai, AGENTS)
     api = await stack.api()
     victim = stack.worker(threads=4)
-    client = Client(api.url or "", token(stack.settings, owner))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
     try:
         started = [(await client.data(START, {"id": str(a["id"])}))["startRun"] for a in agents]
         assert {s["state"] for s in started} == {"QUEUED"}

@@ -55,10 +55,10 @@ async def test_postgres_restart_readyz_reports_it_and_everything_recovers(
     stack.worker(threads=4)
     stack.clock()
     bearer = token(stack.settings, owner)
-    client = Client(api.url or "", bearer)
+    client = Client(api.url or "", bearer=bearer)
     try:
         async with websocket(api.url or "") as ws:
-            assert (await ws.init(bearer))["type"] == "connection_ack"
+            assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
             await ws.subscribe("events", EVENTS)
             await asyncio.sleep(0.5)  # the protocol has no "subscribed" acknowledgement
             requested = [

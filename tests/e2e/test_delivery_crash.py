@@ -55,8 +55,8 @@ async def test_a_worker_killed_before_the_send_loses_no_delivery(
     model = await fake_model(factories, fake_openai)
     agent = await factories.agent(user_id=owner, model_id=model["id"], name="Digest")
     api = await stack.api()
-    as_owner = Client(api.url or "", token(stack.settings, owner))
-    as_admin = Client(api.url or "", token(stack.settings, admin, admin=True))
+    as_owner = Client(api.url or "", bearer=token(stack.settings, owner))
+    as_admin = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
 
     with WebhookReceiver(secret) as receiver:
         target = (

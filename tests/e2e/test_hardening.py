@@ -84,8 +84,8 @@ async def test_deleting_an_agent_never_lowers_the_weeks_spend(
     running = await factories.agent(user_id=owner, model_id=model["id"], name="running")
     api = await stack.api()
     stack.worker(threads=2)
-    client = Client(api.url or "", token(stack.settings, owner))
-    overseer = Client(api.url or "", token(stack.settings, admin, admin=True))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
+    overseer = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         # A run that spends 120 tokens, then the agent is deleted.
         fake_openai.script(lambda _: text_reply("done", prompt_tokens=100, completion_tokens=20))
@@ -105,10 +105,10 @@ async def test_deleting_an_agent_never_lowers_the_weeks_spend(
         # The deleted agent is gone from every view and never runs again.
         ids = {a["id"] for a in (await client.data(AGENTS))["viewer"]["agents"]}
         assert str(spent["id"]) not in ids and {str(running["id"]), fresh} <= ids
-        assert codes(await client.gql(AGENT, {"a": str(spent["id"])})) == ["NOT_FOUND"]
-        assert codes(await client.gql(RUN, {"r": first["id"]})) == ["NOT_FOUND"]
-        assert codes(await client.gql(START, {"a": str(spent["id"])})) == ["NOT_FOUND"]
-        assert codes(await client.gql(DELETE, {"a": str(spent["id"])})) == ["NOT_FOUND"]
+        assert codes(await client.body(AGENT, {"a": str(spent["id"])})) == ["NOT_FOUND"]
+        assert codes(await client.body(RUN, {"r": first["id"]})) == ["NOT_FOUND"]
+        assert codes(await client.body(START, {"a": str(spent["id"])})) == ["NOT_FOUND"]
+        assert codes(await client.body(DELETE, {"a": str(spent["id"])})) == ["NOT_FOUND"]
         listed = json.dumps(await overseer.data(ADMIN_AGENTS)) + json.dumps(
             await overseer.data(ADMIN_RUNS)
         )
@@ -159,22 +159,22 @@ async def test_admins_oversee_but_never_act_as_the_owner_or_read_outputs(
     api = await stack.api()
     stack.worker(threads=2)
     url = api.url or ""
-    client = Client(url, token(stack.settings, owner))
-    overseer = Client(url, token(stack.settings, admin, admin=True))
+    client = Client(url, bearer=token(stack.settings, owner))
+    overseer = Client(url, bearer=token(stack.settings, admin, admin=True))
     try:
         for name, mutation in OWNER_ACTS.items():
             variables = {"a": str(agent["id"]), "t": str(tool["id"])}
             if "$t" not in mutation:
                 del variables["t"]
-            body = await overseer.gql(mutation, variables)
+            body = await overseer.body(mutation, variables)
             assert codes(body) == ["FORBIDDEN"], (name, body)
         rows = await fetch(engine, "SELECT prompt FROM agents WHERE id = :a", a=agent["id"])
         assert rows == [{"prompt": "mine"}]
         assert await fetch(engine, "SELECT id FROM agent_runs") == []
 
         async with websocket(url) as owner_ws, websocket(url) as admin_ws:
-            assert (await owner_ws.init(client.bearer))["type"] == "connection_ack"
-            assert (await admin_ws.init(overseer.bearer))["type"] == "connection_ack"
+            assert (await owner_ws.init(bearer=client.bearer))["type"] == "connection_ack"
+            assert (await admin_ws.init(bearer=overseer.bearer))["type"] == "connection_ack"
             await owner_ws.subscribe("o", RUN_EVENTS)
             await admin_ws.subscribe("a", RUN_EVENTS)
             await owner_ws.messages_for(0.5)  # both subscriptions registered
@@ -238,8 +238,8 @@ async def test_model_endpoints_are_admin_only_and_never_carry_credentials(
         name="internal", provider="openai", base_url="https://llm.internal/v1", api_key_env="K"
     )
     api = await stack.api()
-    client = Client(api.url or "", token(stack.settings, owner))
-    overseer = Client(api.url or "", token(stack.settings, admin, admin=True))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
+    overseer = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         assert (await client.data(MODELS))["agentModels"] == [
             {"name": "internal", "baseUrl": None, "apiKeyEnv": None}
@@ -253,7 +253,7 @@ async def test_model_endpoints_are_admin_only_and_never_carry_credentials(
             "https://:secret@llm.example/v1",
             "https://llm.example/v1?api_key=secret",
         ):
-            body = await overseer.gql(UPSERT_MODEL, {"url": url})
+            body = await overseer.body(UPSERT_MODEL, {"url": url})
             assert codes(body) == ["BAD_USER_INPUT"], (url, body)
             assert body["errors"][0]["extensions"]["field"] == "input.baseUrl"
             assert "secret" not in body["errors"][0]["message"]
@@ -298,9 +298,9 @@ async def test_a_costly_document_is_refused_before_it_runs_and_agents_are_capped
     stack.settings = stack.settings.model_copy(update={"max_agents_per_owner": 5})
     api = await stack.api()
     url = api.url or ""
-    client = Client(url, token(stack.settings, owner))
+    client = Client(url, bearer=token(stack.settings, owner))
     try:
-        body = await client.gql(HOSTILE)
+        body = await client.body(HOSTILE)
         assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"] and body.get("data") is None
         message = body["errors"][0]["message"]
         assert "estimated cost" in message and "50,000" in message, message
@@ -311,7 +311,7 @@ async def test_a_costly_document_is_refused_before_it_runs_and_agents_are_capped
         assert len(served["viewer"]["agents"]) == 3
         # The same estimate for subscription documents.
         async with websocket(url) as ws:
-            assert (await ws.init(client.bearer))["type"] == "connection_ack"
+            assert (await ws.init(bearer=client.bearer))["type"] == "connection_ack"
             await ws.subscribe("s", COSTLY_SUBSCRIPTION)
             refused = await ws.receive()
         assert refused["type"] == "error", refused
@@ -319,7 +319,7 @@ async def test_a_costly_document_is_refused_before_it_runs_and_agents_are_capped
         assert "estimated cost" in refused["payload"][0]["message"]
 
         # Agents per owner: concurrent creations cannot pass the cap together.
-        results = await asyncio.gather(*(client.gql(CREATE, {"n": f"new{i}"}) for i in range(6)))
+        results = await asyncio.gather(*(client.body(CREATE, {"n": f"new{i}"}) for i in range(6)))
         created = [r for r in results if not r.get("errors")]
         refusals = [r["errors"][0] for r in results if r.get("errors")]
         assert len(created) == 2, results
@@ -348,8 +348,8 @@ async def test_a_zone_change_moves_calendar_slots_in_the_same_request(
     await factories.model(is_default=True)
     api = await stack.api()
     url = api.url or ""
-    berlin = Client(url, token(stack.settings, owner, timezone="Europe/Berlin"))
-    new_york = Client(url, token(stack.settings, owner, timezone="America/New_York"))
+    berlin = Client(url, bearer=token(stack.settings, owner, timezone="Europe/Berlin"))
+    new_york = Client(url, bearer=token(stack.settings, owner, timezone="America/New_York"))
     try:
         agent = (await berlin.data(CREATE_DAILY))["createAgent"]
         slot = datetime.fromisoformat(agent["nextRunAt"])
@@ -383,13 +383,13 @@ async def test_an_admin_reactivates_an_owner_whose_agents_stay_off(
     model = await factories.model(is_default=True)
     agent = await factories.agent(user_id=owner, model_id=model["id"])
     api = await stack.api()
-    client = Client(api.url or "", token(stack.settings, owner))
-    overseer = Client(api.url or "", token(stack.settings, admin, admin=True))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
+    overseer = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
     status = "query($a: ID!) { agent(id: $a) { status enabled owner { active } } }"
     try:
         off = await overseer.data(f"mutation {{ deactivateOwner(userId: {owner}) }}")
         assert off == {"deactivateOwner": 1}
-        assert codes(await client.gql(AGENTS)) == ["FORBIDDEN"]
+        assert codes(await client.body(AGENTS)) == ["FORBIDDEN"]
         assert (await overseer.data(status, {"a": str(agent["id"])}))["agent"]["owner"] == {
             "active": False
         }
@@ -407,10 +407,10 @@ async def test_an_admin_reactivates_an_owner_whose_agents_stay_off(
         assert on["setAgentEnabled"]["status"] == "MANUAL"
         # Owners cannot reactivate anyone; a missing user is NOT_FOUND.
         assert codes(
-            await client.gql(f"mutation {{ reactivateOwner(userId: {owner}) {{ id }} }}")
+            await client.body(f"mutation {{ reactivateOwner(userId: {owner}) {{ id }} }}")
         ) == ["FORBIDDEN"]
         assert codes(
-            await overseer.gql("mutation { reactivateOwner(userId: 987654321) { id } }")
+            await overseer.body("mutation { reactivateOwner(userId: 987654321) { id } }")
         ) == ["NOT_FOUND"]
     finally:
         await client.aclose()
@@ -442,7 +442,7 @@ async def test_start_run_racing_delete_agent_is_never_internal(
             if statement.strip():
                 await conn.execute(text(statement))
     api = await stack.api()
-    client = Client(api.url or "", token(stack.settings, owner))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
     try:
         for agent in agents:
             variables = {"a": str(agent["id"])}
@@ -469,7 +469,7 @@ async def test_start_run_racing_delete_agent_is_never_internal(
             ), body
             assert deleted.json()["data"]["deleteAgent"] == str(agent["id"])
             # Whatever won, the agent is gone and nothing of it is left unfinished.
-            assert codes(await client.gql(AGENT, variables)) == ["NOT_FOUND"]
+            assert codes(await client.body(AGENT, variables)) == ["NOT_FOUND"]
             unfinished = await fetch(
                 engine,
                 "SELECT id FROM agent_runs WHERE agent_id = :a AND state IN ('queued', 'running')",
@@ -496,8 +496,8 @@ async def test_set_agent_tools_refuses_a_tool_an_admin_has_since_disallowed(
     kept = await factories.tool("kept_tool")
     other = await factories.tool("other_tool")
     api = await stack.api()
-    client = Client(api.url or "", token(stack.settings, owner))
-    overseer = Client(api.url or "", token(stack.settings, admin, admin=True))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
+    overseer = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         variables: dict[str, Any] = {"a": str(agent["id"]), "t": [str(kept["id"])]}
         assert (await client.data(SET_TOOLS, variables))["setAgentTools"]["tools"] == [
@@ -508,7 +508,7 @@ async def test_set_agent_tools_refuses_a_tool_an_admin_has_since_disallowed(
         )
         # Saving the selection again with the disallowed tool in it is refused, and changes nothing.
         variables["t"] = [str(kept["id"]), str(other["id"])]
-        body = await client.gql(SET_TOOLS, variables)
+        body = await client.body(SET_TOOLS, variables)
         assert codes(body) == ["BAD_USER_INPUT"], body
         assert body["errors"][0]["extensions"]["field"] == "toolIds"
         assert str(kept["id"]) in body["errors"][0]["message"]
@@ -543,7 +543,7 @@ async def test_a_tool_infrastructure_failure_fails_the_run_naming_the_tool(
 
     api = await stack.api()
     stack.worker(threads=2)
-    client = Client(api.url or "", token(stack.settings, owner))
+    client = Client(api.url or "", bearer=token(stack.settings, owner))
     try:
         # A tool's own refusal goes back to the model, and the run goes on.
         fake_openai.script(
@@ -629,7 +629,9 @@ async def test_a_broker_that_never_answers_does_not_hang_start_run(
         api = await stack.api()
         # A liveness bound ten times the broker timeout (and below the client libraries' own
         # defaults, 5 s per Redis attempt and 15 s per AMQP one): a hung start fails here.
-        client = Client(api.url or "", token(stack.settings, owner), httpx.AsyncClient(timeout=10))
+        client = Client(
+            api.url or "", bearer=token(stack.settings, owner), http=httpx.AsyncClient(timeout=10)
+        )
         try:
             started = (await client.data(START, {"a": str(agent["id"])}))["startRun"]
         finally:

@@ -97,9 +97,9 @@ async def test_interleaved_clients_keep_the_invariants(
     # The load starts once the worker consumes: on a busy machine it may take seconds to start,
     # and a load run without it proves nothing about the budget.
     await eventually(worker_started, within=60, what="the worker to start")
-    admin = Client(api.url or "", token(stack.settings, admin_id, admin=True))
+    admin = Client(api.url or "", bearer=token(stack.settings, admin_id, admin=True))
     clients = [
-        (Client(api.url or "", token(stack.settings, owner)), agents)
+        (Client(api.url or "", bearer=token(stack.settings, owner)), agents)
         for owner, agents in owners.items()
         for _ in range(CLIENTS_PER_OWNER)
     ]

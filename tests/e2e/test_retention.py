@@ -105,7 +105,7 @@ async def test_old_runs_are_pruned_by_the_clock_and_the_kept_ones_stay(
     )
     assert await remaining(engine) == set(old) | set(kept.values())
 
-    admin = Client(api.url, token(retention_stack.settings, ADMIN, admin=True))
+    admin = Client(api.url, bearer=token(retention_stack.settings, ADMIN, admin=True))
     try:
         set_to = await admin.data(SETTINGS, {"d": 1})
         assert set_to["updatePlatformSettings"]["runRetentionDays"] == 1

@@ -14,8 +14,8 @@ from websockets.exceptions import ConnectionClosed
 from agent_engine.api.auth import mint_token
 from tests.e2e.support import (  # noqa: F401 (fixtures)
     Client,
+    GraphQLWs,
     Stack,
-    Ws,
     fetch,
     stack,
     token,
@@ -30,7 +30,7 @@ START = "mutation($a: ID!) { startRun(agentId: $a) { id state } }"
 CLOSE_WITHIN_SECONDS = 15.0
 
 
-async def _closed(ws: Ws, within: float = CLOSE_WITHIN_SECONDS) -> tuple[int, str]:
+async def _closed(ws: GraphQLWs, within: float = CLOSE_WITHIN_SECONDS) -> tuple[int, str]:
     """The close code and reason the server sends (messages before it are skipped)."""
     with pytest.raises(ConnectionClosed) as closed:
         while True:
@@ -48,7 +48,7 @@ async def test_deactivation_closes_the_users_sockets_on_every_api_process(
     bystander = (await factories.user())["id"]
     admin = (await factories.user())["id"]
     first, second = await stack.api(), await stack.api()
-    overseer = Client(first.url or "", token(stack.settings, admin, admin=True))
+    overseer = Client(first.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         async with (
             websocket(first.url or "") as on_first,
@@ -56,7 +56,9 @@ async def test_deactivation_closes_the_users_sockets_on_every_api_process(
             websocket(second.url or "") as unrelated,
         ):
             for ws, user in ((on_first, owner), (on_second, owner), (unrelated, bystander)):
-                assert (await ws.init(token(stack.settings, user)))["type"] == "connection_ack"
+                assert (await ws.init(bearer=token(stack.settings, user)))[
+                    "type"
+                ] == "connection_ack"
                 await ws.subscribe("events", RUN_EVENTS)
             await on_first.messages_for(0.5)  # the subscriptions are registered
             assert (await overseer.data(f"mutation {{ deactivateOwner(userId: {owner}) }}")) == {
@@ -82,10 +84,10 @@ async def test_every_operation_on_a_socket_checks_the_viewer_again(
     # No sweep during the test: only the per-operation check can stop the mutation.
     stack.settings = stack.settings.model_copy(update={"session_check_seconds": 3600.0})
     api = await stack.api()
-    overseer = Client(api.url or "", token(stack.settings, admin, admin=True))
+    overseer = Client(api.url or "", bearer=token(stack.settings, admin, admin=True))
     try:
         async with websocket(api.url or "") as ws:
-            assert (await ws.init(token(stack.settings, owner)))["type"] == "connection_ack"
+            assert (await ws.init(bearer=token(stack.settings, owner)))["type"] == "connection_ack"
             await overseer.data(f"mutation {{ deactivateOwner(userId: {owner}) }}")
             await ws.subscribe("start", START, {"a": str(agent["id"])})
             assert await _closed(ws) == (4403, "this account is deactivated")
@@ -102,6 +104,6 @@ async def test_a_socket_closes_when_its_token_expires(
     api = await stack.api()
     short = mint_token(stack.settings.jwt_secret or "", user_id=owner, ttl=timedelta(seconds=3))
     async with websocket(api.url or "") as ws:
-        assert (await ws.init(short))["type"] == "connection_ack"
+        assert (await ws.init(bearer=short))["type"] == "connection_ack"
         await ws.subscribe("budget", BUDGET)
         assert await _closed(ws) == (4401, "the token has expired")

@@ -39,7 +39,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def gql(server: Server, http: httpx.AsyncClient, settings: Settings) -> Gql:
     """GraphQL over HTTP against `server`, as any user."""
-    return Gql(server, http, settings)
+    return Gql(url=server.url, settings=settings, http=http)
 
 
 @pytest.fixture

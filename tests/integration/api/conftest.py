@@ -18,4 +18,4 @@ def clock() -> Clock:
 async def api(settings: Settings, clock: Clock) -> AsyncIterator[Api]:
     with running_server(settings, clock) as url:
         async with httpx.AsyncClient(timeout=30.0) as client:
-            yield Api(url=url, settings=settings, clock=clock, client=client)
+            yield Api(url=url, settings=settings, http=client, clock=clock)

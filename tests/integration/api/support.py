@@ -1,4 +1,4 @@
-"""A real Uvicorn server on a free port, in a thread, and a small GraphQL client for it."""
+"""A real Uvicorn server on a free port, in a thread, and the shared GraphQL client for it."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
 from agent_engine.api.app import create_app
-from agent_engine.api.auth import mint_token
 from agent_engine.settings import Settings
+from tests.support.graphql import GraphQL
 
 SERVER_START_TIMEOUT_SECONDS = 20.0
 # A fixed instant (a Wednesday) so slots and budget windows are predictable.
@@ -63,49 +62,10 @@ def running_server(settings: Settings, clock: Clock) -> Iterator[str]:
 
 
 @dataclass
-class Api:
-    """GraphQL over HTTP against the running server."""
+class Api(GraphQL):
+    """The shared GraphQL client against the running server, and the server's clock."""
 
-    url: str
-    settings: Settings
-    clock: Clock
-    client: httpx.AsyncClient = field(repr=False)
-
-    def token(self, user_id: int, *, admin: bool = False, **claims: Any) -> str:
-        return mint_token(
-            self.settings.jwt_secret or "",
-            user_id=user_id,
-            admin=admin,
-            ttl=timedelta(hours=1),
-            **claims,
-        )
-
-    async def post(
-        self, query: str, variables: dict[str, Any] | None = None, token: str | None = None
-    ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return await self.client.post(
-            f"{self.url}/graphql",
-            json={"query": query, "variables": variables or {}},
-            headers=headers,
-        )
-
-    async def gql(
-        self, query: str, variables: dict[str, Any] | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        response = await self.post(query, variables, token)
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    async def data(
-        self, query: str, variables: dict[str, Any] | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        """The data of a query that must succeed."""
-        body = await self.gql(query, variables, token)
-        assert not body.get("errors"), body["errors"]
-        data: dict[str, Any] = body["data"]
-        return data
+    clock: Clock = field(default_factory=Clock)
 
 
 def codes(body: dict[str, Any]) -> list[str]:

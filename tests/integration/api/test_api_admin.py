@@ -26,13 +26,14 @@ async def test_admin_agents_filters_and_pages(api: Api, factories: Factories) ->
     paused = await factories.agent(user_id=other["id"], model_id=model["id"], admin_paused=True)
     disabled = await factories.agent(user_id=other["id"], model_id=model["id"], enabled=False)
     no_model = await factories.agent(user_id=other["id"], model_id=None)
-    token = api.token(ADMIN, admin=True)
     query = """query($first: Int!, $after: String, $owner: ID, $status: AgentStatus) {
       adminAgents(first: $first, after: $after, ownerId: $owner, status: $status) {
         edges { cursor node { id status owner { id } } } pageInfo { hasNextPage endCursor } } }"""
 
     async def ids(**variables: object) -> list[str]:
-        page = (await api.data(query, {"first": 50, **variables}, token))["adminAgents"]
+        page = (await api.data(query, {"first": 50, **variables}, as_user=ADMIN, admin=True))[
+            "adminAgents"
+        ]
         return [e["node"]["id"] for e in page["edges"]]
 
     everyone = [str(a["id"]) for a in (no_model, disabled, paused, manual, scheduled)]
@@ -46,11 +47,13 @@ async def test_admin_agents_filters_and_pages(api: Api, factories: Factories) ->
         "NO_MODEL": no_model,
     }.items():
         assert await ids(status=status) == [str(agent["id"])], status
-    first = (await api.data(query, {"first": 2}, token))["adminAgents"]
+    first = (await api.data(query, {"first": 2}, as_user=ADMIN, admin=True))["adminAgents"]
     assert first["pageInfo"]["hasNextPage"] is True
-    second = (await api.data(query, {"first": 2, "after": first["pageInfo"]["endCursor"]}, token))[
-        "adminAgents"
-    ]
+    second = (
+        await api.data(
+            query, {"first": 2, "after": first["pageInfo"]["endCursor"]}, as_user=ADMIN, admin=True
+        )
+    )["adminAgents"]
     assert [e["node"]["id"] for e in second["edges"]] == everyone[2:4]
 
 
@@ -62,7 +65,6 @@ async def test_admin_runs_and_tools_and_settings(api: Api, factories: Factories)
     await factories.tool("hidden", agents_allowed=False)
     await factories.setting("agent_weekly_token_cap", 5000)
     await factories.setting("timezone", "Europe/Paris")
-    token = api.token(ADMIN, admin=True)
     data = await api.data(
         """query($a: ID!) {
           all: adminRuns { edges { node { id } } }
@@ -70,7 +72,8 @@ async def test_admin_runs_and_tools_and_settings(api: Api, factories: Factories)
           adminTools { name agentsAllowed }
           platformSettings { weeklyTokenCap timezone platformPrompt iterationCap } }""",
         {"a": str(agent["id"])},
-        token,
+        as_user=ADMIN,
+        admin=True,
     )
     assert len(data["all"]["edges"]) == 3
     assert [e["node"]["id"] for e in data["mine"]["edges"]] == [str(r["id"]) for r in runs[::-1]]
@@ -90,24 +93,28 @@ async def test_set_admin_paused_is_sticky_for_the_owner(api: Api, factories: Fac
         schedule={"type": "interval", "every_hours": 2},
         next_run_at=FIXED_NOW + timedelta(hours=1),
     )
-    admin = api.token(ADMIN, admin=True)
     pause = """mutation($a: ID!, $p: Boolean!) { setAdminPaused(agentId: $a, paused: $p) {
         adminPaused status nextRunAt canStart } }"""
-    paused = (await api.data(pause, {"a": str(agent["id"]), "p": True}, admin))["setAdminPaused"]
+    paused = (await api.data(pause, {"a": str(agent["id"]), "p": True}, as_user=ADMIN, admin=True))[
+        "setAdminPaused"
+    ]
     assert paused == {
         "adminPaused": True,
         "status": "ADMIN_PAUSED",
         "nextRunAt": None,
         "canStart": False,
     }
-    owner_token = api.token(owner["id"])
-    body = await api.gql(pause, {"a": str(agent["id"]), "p": False}, owner_token)
+    body = await api.body(pause, {"a": str(agent["id"]), "p": False}, as_user=owner["id"])
     assert codes(body) == ["FORBIDDEN"]
-    body = await api.gql(
-        "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": str(agent["id"])}, owner_token
+    body = await api.body(
+        "mutation($a: ID!) { startRun(agentId: $a) { id } }",
+        {"a": str(agent["id"])},
+        as_user=owner["id"],
     )
     assert error(body)["extensions"]["lock"] == "ADMIN_PAUSED"
-    resumed = (await api.data(pause, {"a": str(agent["id"]), "p": False}, admin))["setAdminPaused"]
+    resumed = (
+        await api.data(pause, {"a": str(agent["id"]), "p": False}, as_user=ADMIN, admin=True)
+    )["setAdminPaused"]
     assert resumed["status"] == "SCHEDULED"
     assert resumed["nextRunAt"] is not None
 
@@ -118,9 +125,11 @@ async def test_deactivate_owner_switches_agents_off_and_refuses_the_user(
     owner = await factories.user()
     for enabled in (True, True, False):
         await factories.agent(user_id=owner["id"], enabled=enabled)
-    admin = api.token(ADMIN, admin=True)
     data = await api.data(
-        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, admin
+        "mutation($u: ID!) { deactivateOwner(userId: $u) }",
+        {"u": str(owner["id"])},
+        as_user=ADMIN,
+        admin=True,
     )
     assert data["deactivateOwner"] == 2
     async with engine.connect() as conn:
@@ -138,7 +147,7 @@ async def test_deactivate_owner_switches_agents_off_and_refuses_the_user(
     assert enabled == 0
     assert active is False
     # The deactivated user's valid token is refused (FORBIDDEN), and the row stays inactive.
-    body = await api.gql("{ viewer { isAdmin } }", None, api.token(owner["id"], name="Back"))
+    body = await api.body("{ viewer { isAdmin } }", None, token=api.token(owner["id"], name="Back"))
     assert codes(body) == ["FORBIDDEN"]
     async with engine.connect() as conn:
         row = (
@@ -146,16 +155,19 @@ async def test_deactivate_owner_switches_agents_off_and_refuses_the_user(
         ).one()
     assert row.is_active is False
     assert row.display_name != "Back"
-    missing = await api.gql('mutation { deactivateOwner(userId: "424242") }', None, admin)
+    missing = await api.body(
+        'mutation { deactivateOwner(userId: "424242") }', None, as_user=ADMIN, admin=True
+    )
     assert codes(missing) == ["NOT_FOUND"]
-    self_lockout = await api.gql(f'mutation {{ deactivateOwner(userId: "{ADMIN}") }}', None, admin)
+    self_lockout = await api.body(
+        f'mutation {{ deactivateOwner(userId: "{ADMIN}") }}', None, as_user=ADMIN, admin=True
+    )
     assert codes(self_lockout) == ["CONFLICT"]
 
 
 async def test_models_upsert_default_and_removal_stops_agents(
     api: Api, factories: Factories
 ) -> None:
-    admin = api.token(ADMIN, admin=True)
     upsert = """mutation($input: AgentModelInput!) { upsertAgentModel(input: $input) {
         id name provider model isDefault baseUrl apiKeyEnv } }"""
     first = (
@@ -169,7 +181,8 @@ async def test_models_upsert_default_and_removal_stops_agents(
                     "isDefault": True,
                 }
             },
-            admin,
+            as_user=ADMIN,
+            admin=True,
         )
     )["upsertAgentModel"]
     second = (
@@ -185,22 +198,29 @@ async def test_models_upsert_default_and_removal_stops_agents(
                     "isDefault": True,
                 }
             },
-            admin,
+            as_user=ADMIN,
+            admin=True,
         )
     )["upsertAgentModel"]
     assert second["isDefault"] is True
-    models = (await api.data("{ agentModels { id isDefault } }", None, admin))["agentModels"]
+    models = (await api.data("{ agentModels { id isDefault } }", None, as_user=ADMIN, admin=True))[
+        "agentModels"
+    ]
     assert {m["id"]: m["isDefault"] for m in models} == {first["id"]: False, second["id"]: True}
     renamed = (
         await api.data(
             upsert,
             {"input": {"id": first["id"], "name": "Local 2", "provider": "builtin", "model": "d"}},
-            admin,
+            as_user=ADMIN,
+            admin=True,
         )
     )["upsertAgentModel"]
     assert renamed["name"] == "Local 2"
-    unknown = await api.gql(
-        upsert, {"input": {"id": "987654", "name": "x", "provider": "builtin", "model": "d"}}, admin
+    unknown = await api.body(
+        upsert,
+        {"input": {"id": "987654", "name": "x", "provider": "builtin", "model": "d"}},
+        as_user=ADMIN,
+        admin=True,
     )
     assert codes(unknown) == ["NOT_FOUND"]
 
@@ -212,34 +232,43 @@ async def test_models_upsert_default_and_removal_stops_agents(
         next_run_at=FIXED_NOW + timedelta(minutes=10),
     )
     removed = await api.data(
-        "mutation($id: ID!) { removeAgentModel(id: $id) }", {"id": second["id"]}, admin
+        "mutation($id: ID!) { removeAgentModel(id: $id) }",
+        {"id": second["id"]},
+        as_user=ADMIN,
+        admin=True,
     )
     assert removed["removeAgentModel"] == second["id"]
     after = (
         await api.data(
             "query($id: ID!) { agent(id: $id) { status model { id } nextRunAt canStart } }",
             {"id": str(agent["id"])},
-            api.token(owner["id"]),
+            as_user=owner["id"],
         )
     )["agent"]
     assert after == {"status": "NO_MODEL", "model": None, "nextRunAt": None, "canStart": False}
-    again = await api.gql(
-        "mutation($id: ID!) { removeAgentModel(id: $id) }", {"id": second["id"]}, admin
+    again = await api.body(
+        "mutation($id: ID!) { removeAgentModel(id: $id) }",
+        {"id": second["id"]},
+        as_user=ADMIN,
+        admin=True,
     )
     assert codes(again) == ["NOT_FOUND"]
 
 
 async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Factories) -> None:
     tool = await factories.tool("toggle_me", agents_allowed=False)
-    admin = api.token(ADMIN, admin=True)
     data = await api.data(
         "mutation($t: ID!) { setToolAllowed(toolId: $t, allowed: true) { name agentsAllowed } }",
         {"t": str(tool["id"])},
-        admin,
+        as_user=ADMIN,
+        admin=True,
     )
     assert data["setToolAllowed"] == {"name": "toggle_me", "agentsAllowed": True}
-    missing = await api.gql(
-        'mutation { setToolAllowed(toolId: "55555", allowed: true) { id } }', None, admin
+    missing = await api.body(
+        'mutation { setToolAllowed(toolId: "55555", allowed: true) { id } }',
+        None,
+        as_user=ADMIN,
+        admin=True,
     )
     assert codes(missing) == ["NOT_FOUND"]
     update = """mutation($input: PlatformSettingsInput!) { updatePlatformSettings(input: $input) {
@@ -254,7 +283,8 @@ async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Facto
                 "iterationCap": 4,
             }
         },
-        admin,
+        as_user=ADMIN,
+        admin=True,
     )
     assert data["updatePlatformSettings"] == {
         "weeklyTokenCap": 10000,
@@ -263,11 +293,14 @@ async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Facto
         "iterationCap": 4,
     }
     # Absent: unchanged. Explicit null: no cap.
-    data = await api.data(update, {"input": {"weeklyTokenCap": None}}, admin)
+    data = await api.data(update, {"input": {"weeklyTokenCap": None}}, as_user=ADMIN, admin=True)
     assert data["updatePlatformSettings"]["weeklyTokenCap"] is None
     assert data["updatePlatformSettings"]["timezone"] == "America/New_York"
     budget = await api.data(
-        "{ viewer { budget { capTokens remainingTokens exceeded } } }", None, admin
+        "{ viewer { budget { capTokens remainingTokens exceeded } } }",
+        None,
+        as_user=ADMIN,
+        admin=True,
     )
     assert budget["viewer"]["budget"] == {
         "capTokens": None,
@@ -279,44 +312,58 @@ async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Facto
 async def test_model_concurrency_limit_is_validated_kept_and_lifted(
     api: Api, factories: Factories
 ) -> None:
-    admin = api.token(ADMIN, admin=True)
     upsert = """mutation($input: AgentModelInput!) { upsertAgentModel(input: $input) {
         id maxConcurrentRuns } }"""
     base = {"name": "GPT", "provider": "openai", "model": "gpt-4o-mini"}
-    created = (await api.data(upsert, {"input": base}, admin))["upsertAgentModel"]
+    created = (await api.data(upsert, {"input": base}, as_user=ADMIN, admin=True))[
+        "upsertAgentModel"
+    ]
     assert created["maxConcurrentRuns"] is None  # absent on create: no limit
     model_id = created["id"]
     limited = await api.data(
-        upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": 3}}, admin
+        upsert,
+        {"input": {**base, "id": model_id, "maxConcurrentRuns": 3}},
+        as_user=ADMIN,
+        admin=True,
     )
     assert limited["upsertAgentModel"]["maxConcurrentRuns"] == 3
 
     for bad in (0, -1, 10_001):
-        refused = await api.gql(
-            upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": bad}}, admin
+        refused = await api.body(
+            upsert,
+            {"input": {**base, "id": model_id, "maxConcurrentRuns": bad}},
+            as_user=ADMIN,
+            admin=True,
         )
         assert codes(refused) == ["BAD_USER_INPUT"], bad
         assert error(refused)["extensions"]["field"] == "input.maxConcurrentRuns"
-    kept = await api.data(upsert, {"input": {**base, "id": model_id, "name": "GPT 2"}}, admin)
+    kept = await api.data(
+        upsert, {"input": {**base, "id": model_id, "name": "GPT 2"}}, as_user=ADMIN, admin=True
+    )
     assert kept["upsertAgentModel"]["maxConcurrentRuns"] == 3  # absent: unchanged
     lifted = await api.data(
-        upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": None}}, admin
+        upsert,
+        {"input": {**base, "id": model_id, "maxConcurrentRuns": None}},
+        as_user=ADMIN,
+        admin=True,
     )
     assert lifted["upsertAgentModel"]["maxConcurrentRuns"] is None
     highest = await api.data(
-        upsert, {"input": {**base, "id": model_id, "maxConcurrentRuns": 10_000}}, admin
+        upsert,
+        {"input": {**base, "id": model_id, "maxConcurrentRuns": 10_000}},
+        as_user=ADMIN,
+        admin=True,
     )
     assert highest["upsertAgentModel"]["maxConcurrentRuns"] == 10_000
-    listed = (await api.data("{ agentModels { id maxConcurrentRuns } }", None, admin))[
-        "agentModels"
-    ]
+    listed = (
+        await api.data("{ agentModels { id maxConcurrentRuns } }", None, as_user=ADMIN, admin=True)
+    )["agentModels"]
     assert {"id": model_id, "maxConcurrentRuns": 10_000} in listed
 
 
 async def test_raising_a_models_limit_sends_the_runs_waiting_for_its_slots(
     api: Api, factories: Factories
 ) -> None:
-    admin = api.token(ADMIN, admin=True)
     model = await factories.model(provider="openai", model="m", max_concurrent_runs=1)
 
     async def run(state: str) -> int:
@@ -339,7 +386,8 @@ async def test_raising_a_models_limit_sends_the_runs_waiting_for_its_slots(
                     "maxConcurrentRuns": 3,
                 }
             },
-            admin,
+            as_user=ADMIN,
+            admin=True,
         )
         sent = [json.loads(body)["args"][0] for body in broker.hvals("dramatiq:runs.msgs")]
     finally:

@@ -41,12 +41,11 @@ async def test_create_agent_preselects_default_model_and_computes_next_run(
     await factories.user(id=OWNER, timezone="Europe/Berlin")
     await factories.model(name="other")
     default = await factories.model(name="default", is_default=True)
-    token = api.token(OWNER)
     schedule = {"calendar": {"cadence": "WEEKLY", "weekday": 0, "time": "09:00"}}
     data = await api.data(
         CREATE,
         {"input": {"name": "Digest", "prompt": "What changed?", "schedule": schedule}},
-        token,
+        as_user=OWNER,
     )
     agent = data["createAgent"]
     assert agent["model"] == {"id": str(default["id"]), "name": "default", "isDefault": True}
@@ -75,16 +74,17 @@ async def test_create_agent_preselects_default_model_and_computes_next_run(
 
 async def test_interval_schedule_and_manual_agent(api: Api, factories: Factories) -> None:
     await factories.model(is_default=True)
-    token = api.token(OWNER)
     interval = await api.data(
         CREATE,
         {"input": {"name": "i", "prompt": "p", "schedule": {"interval": {"everyHours": 6}}}},
-        token,
+        as_user=OWNER,
     )
     agent = interval["createAgent"]
     assert agent["schedule"] == {"__typename": "IntervalSchedule", "everyHours": 6}
     assert when(agent["nextRunAt"]) == FIXED_NOW + timedelta(hours=6)
-    manual = (await api.data(CREATE, {"input": {"name": "m", "prompt": "p"}}, token))["createAgent"]
+    manual = (await api.data(CREATE, {"input": {"name": "m", "prompt": "p"}}, as_user=OWNER))[
+        "createAgent"
+    ]
     assert manual["status"] == "MANUAL"
     assert manual["nextRunAt"] is None
     assert manual["upcomingRunTimes"] == []
@@ -106,7 +106,7 @@ async def test_create_with_tools_meta_and_disabled(api: Api, factories: Factorie
                 "schedule": {"interval": {"everyHours": 1}},
             }
         },
-        api.token(OWNER),
+        as_user=OWNER,
     )
     agent = data["createAgent"]
     assert [t["name"] for t in agent["tools"]] == ["web_lookup"]
@@ -130,11 +130,10 @@ async def test_update_absent_unchanged_null_clears_schedule_change_reslots(
         schedule={"type": "interval", "every_hours": 2},
         next_run_at=FIXED_NOW + timedelta(minutes=5),
     )
-    token = api.token(OWNER)
     # Renaming keeps the schedule and its slot.
-    renamed = (await api.data(UPDATE, {"id": str(row["id"]), "input": {"name": "R"}}, token))[
-        "updateAgent"
-    ]
+    renamed = (
+        await api.data(UPDATE, {"id": str(row["id"]), "input": {"name": "R"}}, as_user=OWNER)
+    )["updateAgent"]
     assert renamed["name"] == "R"
     assert renamed["description"] == "d"
     assert renamed["meta"] == {"a": 1}
@@ -145,7 +144,7 @@ async def test_update_absent_unchanged_null_clears_schedule_change_reslots(
         await api.data(
             UPDATE,
             {"id": str(row["id"]), "input": {"schedule": {"interval": {"everyHours": 3}}}},
-            token,
+            as_user=OWNER,
         )
     )["updateAgent"]
     assert when(moved["nextRunAt"]) == FIXED_NOW + timedelta(hours=4)
@@ -154,7 +153,7 @@ async def test_update_absent_unchanged_null_clears_schedule_change_reslots(
         await api.data(
             UPDATE,
             {"id": str(row["id"]), "input": {"description": None, "schedule": None, "meta": None}},
-            token,
+            as_user=OWNER,
         )
     )["updateAgent"]
     assert cleared["description"] is None
@@ -178,19 +177,18 @@ async def test_update_model_opens_the_gate_and_slots(api: Api, factories: Factor
     row = await factories.agent(
         user_id=OWNER, model_id=None, schedule={"type": "interval", "every_hours": 5}
     )
-    token = api.token(OWNER)
     agent = (
         await api.data(
             f"query($id: ID!) {{ agent(id: $id) {{ {AGENT_FIELDS} }} }}",
             {"id": str(row["id"])},
-            token,
+            as_user=OWNER,
         )
     )["agent"]
     assert agent["status"] == "NO_MODEL"
     assert agent["canStart"] is False
     updated = (
         await api.data(
-            UPDATE, {"id": str(row["id"]), "input": {"modelId": str(model["id"])}}, token
+            UPDATE, {"id": str(row["id"]), "input": {"modelId": str(model["id"])}}, as_user=OWNER
         )
     )["updateAgent"]
     assert updated["status"] == "SCHEDULED"
@@ -206,13 +204,16 @@ async def test_set_agent_enabled_clears_and_recomputes_next_run(
         schedule={"type": "interval", "every_hours": 1},
         next_run_at=FIXED_NOW + timedelta(minutes=30),
     )
-    token = api.token(OWNER)
     query = """mutation($id: ID!, $on: Boolean!) {
         setAgentEnabled(id: $id, enabled: $on) { enabled status nextRunAt } }"""
-    off = (await api.data(query, {"id": str(row["id"]), "on": False}, token))["setAgentEnabled"]
+    off = (await api.data(query, {"id": str(row["id"]), "on": False}, as_user=OWNER))[
+        "setAgentEnabled"
+    ]
     assert off == {"enabled": False, "status": "DISABLED", "nextRunAt": None}
     api.clock.now = FIXED_NOW + timedelta(hours=2)
-    on = (await api.data(query, {"id": str(row["id"]), "on": True}, token))["setAgentEnabled"]
+    on = (await api.data(query, {"id": str(row["id"]), "on": True}, as_user=OWNER))[
+        "setAgentEnabled"
+    ]
     assert on["status"] == "SCHEDULED"
     assert when(on["nextRunAt"]) == FIXED_NOW + timedelta(hours=3)
 
@@ -224,7 +225,7 @@ async def test_delete_agent_takes_runs_and_links(
     row = await factories.agent(user_id=OWNER)
     await factories.run(agent_id=row["id"], state="succeeded")
     data = await api.data(
-        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, api.token(OWNER)
+        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, as_user=OWNER
     )
     assert data["deleteAgent"] == str(row["id"])
     async with engine.connect() as conn:
@@ -234,8 +235,8 @@ async def test_delete_agent_takes_runs_and_links(
             )
         ).scalar_one()
     assert left == 0
-    again = await api.gql(
-        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, api.token(OWNER)
+    again = await api.body(
+        "mutation($id: ID!) { deleteAgent(id: $id) }", {"id": str(row["id"])}, as_user=OWNER
     )
     assert codes(again) == ["NOT_FOUND"]
 
@@ -246,37 +247,39 @@ async def test_tool_selection_accepts_only_allowed_tools(api: Api, factories: Fa
     allowed = await factories.tool("allowed_a")
     other = await factories.tool("allowed_b")
     disallowed = await factories.tool("forbidden_c", agents_allowed=False)
-    token = api.token(OWNER)
     agent_id = str(row["id"])
     set_tools = """mutation($a: ID!, $t: [ID!]!) {
         setAgentTools(agentId: $a, toolIds: $t) { tools { name } } }"""
     data = await api.data(
-        set_tools, {"a": agent_id, "t": [str(allowed["id"]), str(other["id"])]}, token
+        set_tools, {"a": agent_id, "t": [str(allowed["id"]), str(other["id"])]}, as_user=OWNER
     )
     assert [t["name"] for t in data["setAgentTools"]["tools"]] == ["allowed_a", "allowed_b"]
-    refused = await api.gql(set_tools, {"a": agent_id, "t": [str(disallowed["id"])]}, token)
+    refused = await api.body(
+        set_tools, {"a": agent_id, "t": [str(disallowed["id"])]}, as_user=OWNER
+    )
     assert error(refused)["extensions"] == {"code": "BAD_USER_INPUT", "field": "toolIds"}
     detach = "mutation($a: ID!, $t: ID!) { detachTool(agentId: $a, toolId: $t) { tools { name } } }"
-    data = await api.data(detach, {"a": agent_id, "t": str(other["id"])}, token)
+    data = await api.data(detach, {"a": agent_id, "t": str(other["id"])}, as_user=OWNER)
     assert [t["name"] for t in data["detachTool"]["tools"]] == ["allowed_a"]
     attach = "mutation($a: ID!, $t: ID!) { attachTool(agentId: $a, toolId: $t) { tools { name } } }"
-    data = await api.data(attach, {"a": agent_id, "t": str(other["id"])}, token)
+    data = await api.data(attach, {"a": agent_id, "t": str(other["id"])}, as_user=OWNER)
     assert [t["name"] for t in data["attachTool"]["tools"]] == ["allowed_a", "allowed_b"]
-    refused = await api.gql(attach, {"a": agent_id, "t": str(disallowed["id"])}, token)
+    refused = await api.body(attach, {"a": agent_id, "t": str(disallowed["id"])}, as_user=OWNER)
     assert error(refused)["extensions"] == {"code": "BAD_USER_INPUT", "field": "toolId"}
     # A tool the admin disallows later stays in the selection, flagged.
     await api.data(
         "mutation($t: ID!) { setToolAllowed(toolId: $t, allowed: false) { id } }",
         {"t": str(allowed["id"])},
-        api.token(999, admin=True),
+        as_user=999,
+        admin=True,
     )
     data = await api.data(
         "query($id: ID!) { agent(id: $id) { tools { name agentsAllowed } } }",
         {"id": agent_id},
-        token,
+        as_user=OWNER,
     )
     assert data["agent"]["tools"][0] == {"name": "allowed_a", "agentsAllowed": False}
-    available = await api.data("{ tools { name } }", None, token)
+    available = await api.data("{ tools { name } }", None, as_user=OWNER)
     assert "allowed_a" not in [t["name"] for t in available["tools"]]
 
 
@@ -287,12 +290,11 @@ async def test_start_run_queued_then_skipped_already_running(
     row = await factories.agent(user_id=OWNER)
     start = """mutation($a: ID!) {
         startRun(agentId: $a) { id state reason trigger tokensUsed agent { id } } }"""
-    token = api.token(OWNER)
-    first = (await api.data(start, {"a": str(row["id"])}, token))["startRun"]
+    first = (await api.data(start, {"a": str(row["id"])}, as_user=OWNER))["startRun"]
     assert first["state"] == "QUEUED"
     assert first["trigger"] == "MANUAL"
     assert first["agent"] == {"id": str(row["id"])}
-    second = (await api.data(start, {"a": str(row["id"])}, token))["startRun"]
+    second = (await api.data(start, {"a": str(row["id"])}, as_user=OWNER))["startRun"]
     assert second["state"] == "SKIPPED"
     assert second["reason"] == "ALREADY_RUNNING"
     assert second["tokensUsed"] == 0
@@ -300,7 +302,7 @@ async def test_start_run_queued_then_skipped_already_running(
         await api.data(
             "query($id: ID!) { agent(id: $id) { activeRun { id } lastRun { id reason } } }",
             {"id": str(row["id"])},
-            token,
+            as_user=OWNER,
         )
     )["agent"]
     assert agent["activeRun"] == {"id": first["id"]}
@@ -318,12 +320,11 @@ async def test_start_run_budget_exceeded_is_journaled(api: Api, factories: Facto
         started_at=FIXED_NOW - timedelta(hours=2),
         finished_at=FIXED_NOW - timedelta(hours=1),
     )
-    token = api.token(OWNER)
     run = (
         await api.data(
             "mutation($a: ID!) { startRun(agentId: $a) { state reason } }",
             {"a": str(row["id"])},
-            token,
+            as_user=OWNER,
         )
     )["startRun"]
     assert run == {"state": "SKIPPED", "reason": "BUDGET_EXCEEDED"}
@@ -332,7 +333,7 @@ async def test_start_run_budget_exceeded_is_journaled(api: Api, factories: Facto
             """{ viewer { budget { capTokens usedTokens remainingTokens exceeded
                 windowStart windowEnd timezone } } }""",
             None,
-            token,
+            as_user=OWNER,
         )
     )["viewer"]["budget"]
     assert budget["capTokens"] == 100
@@ -352,11 +353,12 @@ async def test_start_run_closed_gate_names_the_lock_and_writes_nothing(
         "ADMIN_PAUSED": {"admin_paused": True, "enabled": False},
         "NO_MODEL": {"model_id": None},
     }
-    token = api.token(OWNER)
     for lock, values in cases.items():
         row = await factories.agent(user_id=OWNER, **values)
-        body = await api.gql(
-            "mutation($a: ID!) { startRun(agentId: $a) { id } }", {"a": str(row["id"])}, token
+        body = await api.body(
+            "mutation($a: ID!) { startRun(agentId: $a) { id } }",
+            {"a": str(row["id"])},
+            as_user=OWNER,
         )
         assert error(body)["extensions"] == {"code": "AGENT_NOT_STARTABLE", "lock": lock}
     async with engine.connect() as conn:
@@ -374,16 +376,15 @@ async def test_run_journal_paging_with_cursors_and_states(api: Api, factories: F
         )
         for i in range(5)
     ]
-    token = api.token(OWNER)
     query = """query($id: ID!, $after: String, $states: [RunState!]) { agent(id: $id) {
         runs(first: 2, after: $after, states: $states) {
           edges { cursor node { id state } } pageInfo { hasNextPage endCursor } } } }"""
     seen: list[str] = []
     after = None
     while True:
-        page = (await api.data(query, {"id": str(row["id"]), "after": after}, token))["agent"][
-            "runs"
-        ]
+        page = (await api.data(query, {"id": str(row["id"]), "after": after}, as_user=OWNER))[
+            "agent"
+        ]["runs"]
         seen += [e["node"]["id"] for e in page["edges"]]
         if not page["pageInfo"]["hasNextPage"]:
             break
@@ -391,9 +392,9 @@ async def test_run_journal_paging_with_cursors_and_states(api: Api, factories: F
         assert after == page["edges"][-1]["cursor"]
         assert str(page["edges"][-1]["node"]["id"]) not in after  # opaque
     assert seen == [str(r["id"]) for r in reversed(runs)]
-    failed = (await api.data(query, {"id": str(row["id"]), "states": ["FAILED"]}, token))["agent"][
-        "runs"
-    ]
+    failed = (await api.data(query, {"id": str(row["id"]), "states": ["FAILED"]}, as_user=OWNER))[
+        "agent"
+    ]["runs"]
     assert {e["node"]["state"] for e in failed["edges"]} == {"FAILED"}
 
 
@@ -401,12 +402,11 @@ async def test_run_query_and_viewer(api: Api, factories: Factories) -> None:
     await factories.user(id=OWNER, display_name="Ada", email="ada@example.com")
     row = await factories.agent(user_id=OWNER, name="mine")
     run = await factories.run(agent_id=row["id"], state="running", started_at=FIXED_NOW)
-    token = api.token(OWNER)
     data = await api.data(
         """query($id: ID!) { run(id: $id) { id state startedAt agent { name } }
            viewer { isAdmin user { id email displayName timezone } agents { name } } }""",
         {"id": str(run["id"])},
-        token,
+        as_user=OWNER,
     )
     assert data["run"]["state"] == "RUNNING"
     assert data["run"]["agent"] == {"name": "mine"}
@@ -424,7 +424,9 @@ async def test_run_query_and_viewer(api: Api, factories: Factories) -> None:
 
 async def test_first_sight_provisions_user_from_claims(api: Api, engine: AsyncEngine) -> None:
     token = api.token(77, email="new@example.com", name="New Person", timezone="Asia/Tokyo")
-    data = await api.data("{ viewer { user { id email displayName timezone } } }", None, token)
+    data = await api.data(
+        "{ viewer { user { id email displayName timezone } } }", None, token=token
+    )
     assert data["viewer"]["user"] == {
         "id": "77",
         "email": "new@example.com",
@@ -439,9 +441,7 @@ async def test_first_sight_provisions_user_from_claims(api: Api, engine: AsyncEn
 async def test_agent_models_list(api: Api, factories: Factories) -> None:
     await factories.model(name="a", is_default=True)
     await factories.model(name="b", provider="openai", model="gpt-4o-mini")
-    data = await api.data(
-        "{ agentModels { name provider model isDefault } }", None, api.token(OWNER)
-    )
+    data = await api.data("{ agentModels { name provider model isDefault } }", None, as_user=OWNER)
     assert data["agentModels"] == [
         {"name": "a", "provider": "builtin", "model": "builtin-digest", "isDefault": True},
         {"name": "b", "provider": "openai", "model": "gpt-4o-mini", "isDefault": False},

@@ -27,7 +27,7 @@ SETTINGS = """mutation($input: PlatformSettingsInput!) { updatePlatformSettings(
 
 
 async def audit_log(api: Api, token: str, **variables: Any) -> list[dict[str, Any]]:
-    data = await api.data(AUDIT, {"first": 100, **variables}, token)
+    data = await api.data(AUDIT, {"first": 100, **variables}, token=token)
     return [edge["node"] for edge in data["adminAuditLog"]["edges"]]
 
 
@@ -36,34 +36,44 @@ async def test_the_pause_note_is_shown_to_the_owner_until_unpaused(
 ) -> None:
     owner = await factories.user()
     agent = await factories.agent(user_id=owner["id"])
-    admin = api.token(ADMIN, admin=True)
-    mine = api.token(owner["id"])
     ident = str(agent["id"])
     read = "query($a: ID!) { agent(id: $a) { status adminPauseNote } }"
 
     note = "policy review, see ticket 42"
-    await api.data(PAUSE, {"a": ident, "p": True, "n": note}, admin)
-    assert (await api.data(read, {"a": ident}, mine))["agent"] == {
+    await api.data(PAUSE, {"a": ident, "p": True, "n": note}, as_user=ADMIN, admin=True)
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"] == {
         "status": "ADMIN_PAUSED",
         "adminPauseNote": note,
     }
     # Paused again without a note: the old note does not linger.
-    await api.data(PAUSE, {"a": ident, "p": True}, admin)
-    assert (await api.data(read, {"a": ident}, mine))["agent"]["adminPauseNote"] is None
-    await api.data(PAUSE, {"a": ident, "p": True, "n": "  second look  "}, admin)
-    assert (await api.data(read, {"a": ident}, mine))["agent"]["adminPauseNote"] == "second look"
+    await api.data(PAUSE, {"a": ident, "p": True}, as_user=ADMIN, admin=True)
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"][
+        "adminPauseNote"
+    ] is None
+    await api.data(
+        PAUSE, {"a": ident, "p": True, "n": "  second look  "}, as_user=ADMIN, admin=True
+    )
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"][
+        "adminPauseNote"
+    ] == "second look"
 
-    unpaused = (await api.data(PAUSE, {"a": ident, "p": False}, admin))["setAdminPaused"]
+    unpaused = (await api.data(PAUSE, {"a": ident, "p": False}, as_user=ADMIN, admin=True))[
+        "setAdminPaused"
+    ]
     assert unpaused == {"status": "MANUAL", "adminPauseNote": None}
 
-    too_long = await api.gql(PAUSE, {"a": ident, "p": True, "n": "x" * 501}, admin)
+    too_long = await api.body(
+        PAUSE, {"a": ident, "p": True, "n": "x" * 501}, as_user=ADMIN, admin=True
+    )
     assert codes(too_long) == ["BAD_USER_INPUT"]
     assert error(too_long)["extensions"]["field"] == "note"
-    assert (await api.data(read, {"a": ident}, mine))["agent"]["status"] == "MANUAL"
-    exactly = await api.data(PAUSE, {"a": ident, "p": True, "n": "y" * 500}, admin)
+    assert (await api.data(read, {"a": ident}, as_user=owner["id"]))["agent"]["status"] == "MANUAL"
+    exactly = await api.data(
+        PAUSE, {"a": ident, "p": True, "n": "y" * 500}, as_user=ADMIN, admin=True
+    )
     assert exactly["setAdminPaused"]["adminPauseNote"] == "y" * 500
     # Owners cannot touch the lock, note or not.
-    refused = await api.gql(PAUSE, {"a": ident, "p": False, "n": "mine"}, mine)
+    refused = await api.body(PAUSE, {"a": ident, "p": False, "n": "mine"}, as_user=owner["id"])
     assert codes(refused) == ["FORBIDDEN"]
 
 
@@ -77,9 +87,11 @@ async def test_every_admin_action_is_recorded_with_actor_time_and_details(
     tool = await factories.tool("stock_prices", agents_allowed=False)
     admin = api.token(ADMIN, admin=True, name="Ada Admin")
 
-    await api.data(PAUSE, {"a": str(agent["id"]), "p": True, "n": "ticket 42"}, admin)
-    await api.data(PAUSE, {"a": str(agent["id"]), "p": False, "n": "resolved"}, admin)
-    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": str(doomed["id"])}, admin)
+    await api.data(PAUSE, {"a": str(agent["id"]), "p": True, "n": "ticket 42"}, token=admin)
+    await api.data(PAUSE, {"a": str(agent["id"]), "p": False, "n": "resolved"}, token=admin)
+    await api.data(
+        "mutation($a: ID!) { deleteAgent(id: $a) }", {"a": str(doomed["id"])}, token=admin
+    )
     upsert = "mutation($i: AgentModelInput!) { upsertAgentModel(input: $i) { id } }"
     model_id = (
         await api.data(
@@ -93,21 +105,23 @@ async def test_every_admin_action_is_recorded_with_actor_time_and_details(
                     "apiKeyEnv": "OPENAI_API_KEY",
                 }
             },
-            admin,
+            token=admin,
         )
     )["upsertAgentModel"]["id"]
     await api.data(
         upsert,
         {"i": {"id": model_id, "name": "GPT mini", "provider": "openai", "model": "gpt-4o-mini"}},
-        admin,
+        token=admin,
     )
-    await api.data("mutation($m: ID!) { removeAgentModel(id: $m) }", {"m": model_id}, admin)
+    await api.data("mutation($m: ID!) { removeAgentModel(id: $m) }", {"m": model_id}, token=admin)
     toggle = "mutation($t: ID!, $on: Boolean!) { setToolAllowed(toolId: $t, allowed: $on) { id } }"
-    await api.data(toggle, {"t": str(tool["id"]), "on": True}, admin)
-    await api.data(toggle, {"t": str(tool["id"]), "on": False}, admin)
-    await api.data(SETTINGS, {"input": {"weeklyTokenCap": 5000, "runRetentionDays": 90}}, admin)
+    await api.data(toggle, {"t": str(tool["id"]), "on": True}, token=admin)
+    await api.data(toggle, {"t": str(tool["id"]), "on": False}, token=admin)
     await api.data(
-        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, admin
+        SETTINGS, {"input": {"weeklyTokenCap": 5000, "runRetentionDays": 90}}, token=admin
+    )
+    await api.data(
+        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, token=admin
     )
 
     entries = await audit_log(api, admin)
@@ -156,26 +170,29 @@ async def test_every_admin_action_is_recorded_with_actor_time_and_details(
 async def test_owners_own_actions_are_not_audited(api: Api, factories: Factories) -> None:
     owner = await factories.user()
     await factories.model(is_default=True)
-    mine = api.token(owner["id"])
     created = await api.data(
-        'mutation { createAgent(input: { name: "Mine", prompt: "p" }) { id } }', None, mine
+        'mutation { createAgent(input: { name: "Mine", prompt: "p" }) { id } }',
+        None,
+        as_user=owner["id"],
     )
     ident = created["createAgent"]["id"]
     await api.data(
         'mutation($a: ID!) { updateAgent(id: $a, input: { name: "Renamed" }) { id } }',
         {"a": ident},
-        mine,
+        as_user=owner["id"],
     )
-    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": ident}, mine)
+    await api.data("mutation($a: ID!) { deleteAgent(id: $a) }", {"a": ident}, as_user=owner["id"])
     # An admin deleting their own agent is an owner's action too.
     admin = api.token(ADMIN, admin=True)
     admin_agent = await api.data(
-        'mutation { createAgent(input: { name: "Admin own", prompt: "p" }) { id } }', None, admin
+        'mutation { createAgent(input: { name: "Admin own", prompt: "p" }) { id } }',
+        None,
+        token=admin,
     )
     await api.data(
         "mutation($a: ID!) { deleteAgent(id: $a) }",
         {"a": admin_agent["createAgent"]["id"]},
-        admin,
+        token=admin,
     )
     assert await audit_log(api, admin) == []
 
@@ -185,8 +202,8 @@ async def test_refused_and_rolled_back_actions_leave_no_entry(
 ) -> None:
     admin = api.token(ADMIN, admin=True)
     # Refused before anything was written.
-    assert codes(await api.gql(PAUSE, {"a": "424242", "p": True}, admin)) == ["NOT_FOUND"]
-    assert codes(await api.gql(SETTINGS, {"input": {"runRetentionDays": 0}}, admin)) == [
+    assert codes(await api.body(PAUSE, {"a": "424242", "p": True}, token=admin)) == ["NOT_FOUND"]
+    assert codes(await api.body(SETTINGS, {"input": {"runRetentionDays": 0}}, token=admin)) == [
         "BAD_USER_INPUT"
     ]
     # Written, then rolled back: a new organisation zone re-slots the calendar agents of owners
@@ -211,9 +228,9 @@ async def test_refused_and_rolled_back_actions_leave_no_entry(
                 " FOR EACH ROW EXECUTE FUNCTION refuse_reslot()"
             )
         )
-    failed = await api.gql(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, admin)
+    failed = await api.body(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, token=admin)
     assert codes(failed) == ["INTERNAL"]
-    current = await api.data("{ platformSettings { timezone } }", None, admin)
+    current = await api.data("{ platformSettings { timezone } }", None, token=admin)
     assert current["platformSettings"]["timezone"] == "UTC"
     assert await audit_log(api, admin) == []
     async with engine.connect() as conn:
@@ -221,7 +238,7 @@ async def test_refused_and_rolled_back_actions_leave_no_entry(
     # The same change once the database accepts it: applied, and recorded.
     async with engine.begin() as conn:
         await conn.execute(text("DROP TRIGGER refuse_reslot ON agents"))
-    await api.data(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, admin)
+    await api.data(SETTINGS, {"input": {"timezone": "Europe/Berlin"}}, token=admin)
     [entry] = await audit_log(api, admin)
     assert entry["details"] == {"timezone": {"old": "UTC", "new": "Europe/Berlin"}}
 
@@ -234,7 +251,9 @@ async def test_the_log_filters_by_agent_user_and_actor_and_pages_newest_first(
     a2 = await factories.agent(user_id=second_owner["id"])
     admin, other_admin = api.token(ADMIN, admin=True), api.token(OTHER_ADMIN, admin=True)
     for agent, token in ((a1, admin), (a2, admin), (a1, other_admin), (a2, other_admin)):
-        await api.data(PAUSE, {"a": str(agent["id"]), "p": True, "n": f"by {token[-6:]}"}, token)
+        await api.data(
+            PAUSE, {"a": str(agent["id"]), "p": True, "n": f"by {token[-6:]}"}, token=token
+        )
 
     everything = await audit_log(api, admin)
     assert len(everything) == 4
@@ -248,26 +267,26 @@ async def test_the_log_filters_by_agent_user_and_actor_and_pages_newest_first(
     by_other = await audit_log(api, admin, actor=str(OTHER_ADMIN))
     assert [e["id"] for e in by_other] == [e["id"] for e in everything[:2]]
 
-    page = (await api.data(AUDIT, {"first": 3}, admin))["adminAuditLog"]
+    page = (await api.data(AUDIT, {"first": 3}, token=admin))["adminAuditLog"]
     assert page["pageInfo"]["hasNextPage"] is True
-    rest = (await api.data(AUDIT, {"first": 3, "after": page["pageInfo"]["endCursor"]}, admin))[
-        "adminAuditLog"
-    ]
+    rest = (
+        await api.data(AUDIT, {"first": 3, "after": page["pageInfo"]["endCursor"]}, token=admin)
+    )["adminAuditLog"]
     assert rest["pageInfo"]["hasNextPage"] is False
     assert [e["node"]["id"] for e in page["edges"] + rest["edges"]] == [e["id"] for e in everything]
-    bad_cursor = await api.gql(AUDIT, {"first": 3, "after": "not-a-cursor"}, admin)
+    bad_cursor = await api.body(AUDIT, {"first": 3, "after": "not-a-cursor"}, token=admin)
     assert error(bad_cursor)["extensions"]["field"] == "after"
 
 
 async def test_the_log_is_for_admins_only(api: Api, factories: Factories) -> None:
     owner = await factories.user()
-    body = await api.gql(AUDIT, {"first": 5}, api.token(owner["id"]))
+    body = await api.body(AUDIT, {"first": 5}, as_user=owner["id"])
     assert codes(body) == ["FORBIDDEN"]
 
 
 async def test_the_log_is_append_only(api: Api, factories: Factories, engine: AsyncEngine) -> None:
     agent = await factories.agent()
-    await api.data(PAUSE, {"a": str(agent["id"]), "p": True}, api.token(ADMIN, admin=True))
+    await api.data(PAUSE, {"a": str(agent["id"]), "p": True}, as_user=ADMIN, admin=True)
     for statement in (
         "UPDATE audit_log SET action = 'nothing.happened'",
         "DELETE FROM audit_log",
@@ -283,25 +302,28 @@ async def test_the_log_is_append_only(api: Api, factories: Factories, engine: As
 
 @pytest.mark.parametrize("days", [0, -3, 3651])
 async def test_run_retention_days_out_of_range_is_bad_input(api: Api, days: int) -> None:
-    body = await api.gql(
-        SETTINGS, {"input": {"runRetentionDays": days}}, api.token(ADMIN, admin=True)
+    body = await api.body(
+        SETTINGS, {"input": {"runRetentionDays": days}}, as_user=ADMIN, admin=True
     )
     assert codes(body) == ["BAD_USER_INPUT"]
     assert error(body)["extensions"]["field"] == "input.runRetentionDays"
 
 
 async def test_run_retention_days_is_set_kept_and_cleared(api: Api) -> None:
-    admin = api.token(ADMIN, admin=True)
-    assert (await api.data(SETTINGS, {"input": {"runRetentionDays": 1}}, admin))[
-        "updatePlatformSettings"
-    ]["runRetentionDays"] == 1
-    kept = await api.data(SETTINGS, {"input": {"weeklyTokenCap": 10}}, admin)
+    assert (
+        await api.data(SETTINGS, {"input": {"runRetentionDays": 1}}, as_user=ADMIN, admin=True)
+    )["updatePlatformSettings"]["runRetentionDays"] == 1
+    kept = await api.data(SETTINGS, {"input": {"weeklyTokenCap": 10}}, as_user=ADMIN, admin=True)
     assert kept["updatePlatformSettings"]["runRetentionDays"] == 1
-    read = await api.data("{ platformSettings { runRetentionDays } }", None, admin)
+    read = await api.data(
+        "{ platformSettings { runRetentionDays } }", None, as_user=ADMIN, admin=True
+    )
     assert read["platformSettings"]["runRetentionDays"] == 1
-    cleared = await api.data(SETTINGS, {"input": {"runRetentionDays": None}}, admin)
+    cleared = await api.data(
+        SETTINGS, {"input": {"runRetentionDays": None}}, as_user=ADMIN, admin=True
+    )
     assert cleared["updatePlatformSettings"]["runRetentionDays"] is None
-    top = await api.data(SETTINGS, {"input": {"runRetentionDays": 3650}}, admin)
+    top = await api.data(SETTINGS, {"input": {"runRetentionDays": 3650}}, as_user=ADMIN, admin=True)
     assert top["updatePlatformSettings"]["runRetentionDays"] == 3650
 
 
@@ -312,19 +334,18 @@ async def test_reactivation_cancels_and_delivery_targets_are_audited_but_owners_
     await factories.user(ADMIN)
     agent = await factories.agent(user_id=owner["id"])
     admin = api.token(ADMIN, admin=True)
-    mine = api.token(owner["id"])
     cancel = "mutation($r: ID!) { cancelRun(runId: $r) { state reason } }"
     by_admin = await factories.run(agent["id"], state="queued")
-    await api.data(cancel, {"r": str(by_admin["id"])}, admin)
+    await api.data(cancel, {"r": str(by_admin["id"])}, token=admin)
     by_owner = await factories.run(agent["id"], state="queued")
-    await api.data(cancel, {"r": str(by_owner["id"])}, mine)
+    await api.data(cancel, {"r": str(by_owner["id"])}, as_user=owner["id"])
     await api.data(
-        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, admin
+        "mutation($u: ID!) { deactivateOwner(userId: $u) }", {"u": str(owner["id"])}, token=admin
     )
     await api.data(
         "mutation($u: ID!) { reactivateOwner(userId: $u) { active } }",
         {"u": str(owner["id"])},
-        admin,
+        token=admin,
     )
     target = (
         await api.data(
@@ -336,10 +357,10 @@ async def test_reactivation_cancels_and_delivery_targets_are_audited_but_owners_
                     "secretEnv": "DIGEST_WEBHOOK_SECRET",
                 }
             },
-            admin,
+            token=admin,
         )
     )["upsertDeliveryTarget"]["id"]
-    await api.data("mutation($t: ID!) { removeDeliveryTarget(id: $t) }", {"t": target}, admin)
+    await api.data("mutation($t: ID!) { removeDeliveryTarget(id: $t) }", {"t": target}, token=admin)
 
     entries = await audit_log(api, admin)
     actions = [e["action"] for e in entries]

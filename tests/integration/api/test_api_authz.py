@@ -181,7 +181,7 @@ async def test_authorisation_matrix(api: Api, factories: Factories, role: str) -
     for operation, (document, variables) in OPERATIONS.items():
         world = await make_world(factories)
         values = {k: str(v) for k, v in variables(world).items()} if variables else None
-        body = await api.gql(document, values, token)
+        body = await api.body(document, values, token=token)
         got = OK if not body.get("errors") else ",".join(str(c) for c in codes(body))
         want = expected(role, operation)
         if got != want:
@@ -192,7 +192,7 @@ async def test_authorisation_matrix(api: Api, factories: Factories, role: str) -
 
 
 async def test_anonymous_error_says_how_to_authenticate(api: Api) -> None:
-    body = await api.gql("{ viewer { isAdmin } }")
+    body = await api.body("{ viewer { isAdmin } }")
     assert codes(body) == ["UNAUTHENTICATED"]
     assert "Bearer" in body["errors"][0]["message"]
 
@@ -203,7 +203,7 @@ async def test_a_burst_of_first_requests_of_a_new_user_is_all_served(api: Api) -
     token = api.token(515_151, name="Burst")
     requests = 3 * 2 * api.settings.db_pool_size
     bodies = await asyncio.gather(
-        *(api.gql("{ viewer { user { id displayName } } }", token=token) for _ in range(requests))
+        *(api.body("{ viewer { user { id displayName } } }", token=token) for _ in range(requests))
     )
     assert [b.get("errors") for b in bodies] == [None] * requests
     assert {b["data"]["viewer"]["user"]["displayName"] for b in bodies} == {"Burst"}

@@ -12,7 +12,7 @@ from tests.support.browser import headless_chromium
 
 
 async def test_graphiql_page_and_its_assets_are_served_locally(api: Api) -> None:
-    page = await api.client.get(f"{api.url}/graphql", headers={"Accept": "text/html"})
+    page = await api.http.get(f"{api.url}/graphql", headers={"Accept": "text/html"})
     assert page.status_code == 200
     assert "text/html" in page.headers["content-type"]
     html = page.text
@@ -25,7 +25,7 @@ async def test_graphiql_page_and_its_assets_are_served_locally(api: Api) -> None
         "react-dom.production.min.js",
     ):
         assert f"/static/{asset}" in html
-        response = await api.client.get(
+        response = await api.http.get(
             f"{api.url}/static/{asset}", headers={"Accept-Encoding": "gzip"}
         )
         assert response.status_code == 200, asset
@@ -35,7 +35,7 @@ async def test_graphiql_page_and_its_assets_are_served_locally(api: Api) -> None
 
 
 async def test_graphql_get_query_still_works(api: Api) -> None:
-    response = await api.client.get(
+    response = await api.http.get(
         f"{api.url}/graphql",
         params={"query": "{ __typename }"},
         headers={"Accept": "application/json"},
@@ -44,9 +44,9 @@ async def test_graphql_get_query_still_works(api: Api) -> None:
 
 
 async def test_health_and_readiness(api: Api) -> None:
-    health = await api.client.get(f"{api.url}/healthz")
+    health = await api.http.get(f"{api.url}/healthz")
     assert health.status_code == 200
-    ready = await api.client.get(f"{api.url}/readyz")
+    ready = await api.http.get(f"{api.url}/readyz")
     assert ready.status_code == 200
     assert ready.json()["database"] == "ok"
 

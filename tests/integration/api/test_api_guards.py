@@ -15,26 +15,25 @@ USER = 41
 
 
 async def test_depth_alias_and_token_limits(api: Api) -> None:
-    token = api.token(USER)
     levels = api.settings.max_query_depth + 2
     deep = (
         "{ viewer { agents { " + "lastRun { agent { " * levels + "id" + " } }" * levels + " } } }"
     )
-    body = await api.gql(deep, None, token)
+    body = await api.body(deep, None, as_user=USER)
     assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
     assert "depth" in body["errors"][0]["message"]
     aliases = "{ " + " ".join(f"a{i}: viewer {{ isAdmin }}" for i in range(31)) + " }"
-    body = await api.gql(aliases, None, token)
+    body = await api.body(aliases, None, as_user=USER)
     assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
     assert "aliases" in body["errors"][0]["message"]
     many_tokens = "{ viewer { " + " ".join(["isAdmin"] * 2100) + " } }"
-    body = await api.gql(many_tokens, None, token)
+    body = await api.body(many_tokens, None, as_user=USER)
     assert body["errors"]
     assert "token" in body["errors"][0]["message"].lower()
 
 
 async def test_batching_is_refused_with_a_clear_error(api: Api) -> None:
-    response = await api.client.post(
+    response = await api.http.post(
         f"{api.url}/graphql",
         json=[{"query": "{ __typename }"}, {"query": "{ __typename }"}],
         headers={"Authorization": f"Bearer {api.token(USER)}"},
@@ -44,7 +43,7 @@ async def test_batching_is_refused_with_a_clear_error(api: Api) -> None:
 
 
 async def test_get_variables_that_are_not_an_object_are_refused_naming_them(api: Api) -> None:
-    response = await api.client.get(
+    response = await api.http.get(
         f"{api.url}/graphql",
         params={"query": "{ __typename }", "variables": "[1, 2]"},
         headers={"Authorization": f"Bearer {api.token(USER)}"},
@@ -56,7 +55,7 @@ async def test_get_variables_that_are_not_an_object_are_refused_naming_them(api:
 
 async def test_body_size_limit(api: Api) -> None:
     big = "x" * (api.settings.max_body_bytes + 1)
-    response = await api.client.post(
+    response = await api.http.post(
         f"{api.url}/graphql",
         content=b'{"query": "{ __typename }", "variables": {"x": "' + big.encode() + b'"}}',
         headers={"Content-Type": "application/json"},
@@ -67,7 +66,7 @@ async def test_body_size_limit(api: Api) -> None:
         for _ in range(3):
             yield b" " * (api.settings.max_body_bytes // 2)
 
-    response = await api.client.post(
+    response = await api.http.post(
         f"{api.url}/graphql", content=chunks(), headers={"Content-Type": "application/json"}
     )
     assert response.status_code == 413
@@ -75,10 +74,10 @@ async def test_body_size_limit(api: Api) -> None:
 
 async def test_introspection_only_for_authenticated_viewers(api: Api) -> None:
     query = "{ __schema { queryType { name } } }"
-    body = await api.gql(query)
+    body = await api.body(query)
     assert codes(body) == ["UNAUTHENTICATED"]
     assert body.get("data") is None
-    data = await api.data(query, None, api.token(USER))
+    data = await api.data(query, None, as_user=USER)
     assert data["__schema"]["queryType"]["name"] == "Query"
     assert (await api.data("{ __typename }"))["__typename"] == "Query"
 
@@ -88,15 +87,15 @@ async def test_a_document_validated_once_is_still_guarded_for_every_caller(api: 
     # must not open it to anonymous ones, and a refused document stays refused.
     query = "{ __schema { queryType { name } } }"
     for _ in range(2):
-        data = await api.data(query, None, api.token(USER))
+        data = await api.data(query, None, as_user=USER)
         assert data["__schema"]["queryType"]["name"] == "Query"
-        body = await api.gql(query)
+        body = await api.body(query)
         assert codes(body) == ["UNAUTHENTICATED"]
     aliases = "{ " + " ".join(f"a{i}: viewer {{ isAdmin }}" for i in range(31)) + " }"
     for _ in range(2):
-        assert codes(await api.gql(aliases, None, api.token(USER))) == ["GRAPHQL_VALIDATION_FAILED"]
+        assert codes(await api.body(aliases, None, as_user=USER)) == ["GRAPHQL_VALIDATION_FAILED"]
     for _ in range(2):
-        body = await api.gql("{ viewer { isAdmin nope } }", None, api.token(USER))
+        body = await api.body("{ viewer { isAdmin nope } }", None, as_user=USER)
         assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
 
 
@@ -152,7 +151,7 @@ async def test_bad_tokens_are_unauthenticated(api: Api, make_token, fragment: st
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InsecureKeyLengthWarning)
         token = make_token(api.settings.jwt_secret)
-    body = await api.gql("{ viewer { isAdmin } }", None, token)
+    body = await api.body("{ viewer { isAdmin } }", None, token=token)
     assert codes(body) == ["UNAUTHENTICATED"]
     assert fragment in body["errors"][0]["message"].lower()
 
@@ -162,12 +161,12 @@ async def test_a_token_within_the_lifetime_limit_and_the_leeway_is_accepted(api:
     # Just under the 24 h limit, and expired 10 s ago (within the 30 s clock-skew leeway).
     for exp in (now + 86400 - 60, now - 10):
         token = jwt.encode({"sub": "1", "exp": exp}, api.settings.jwt_secret, algorithm="HS256")
-        body = await api.gql("{ viewer { isAdmin } }", None, token)
+        body = await api.body("{ viewer { isAdmin } }", None, token=token)
         assert body.get("errors") is None, body
 
 
 async def test_malformed_authorization_header(api: Api) -> None:
-    response = await api.client.post(
+    response = await api.http.post(
         f"{api.url}/graphql",
         json={"query": "{ viewer { isAdmin } }"},
         headers={"Authorization": "Basic dXNlcjpwYXNz"},
@@ -176,7 +175,7 @@ async def test_malformed_authorization_header(api: Api) -> None:
 
 
 async def test_roles_claim_grants_admin(api: Api) -> None:
-    data = await api.data("{ viewer { isAdmin } }", None, api.token(USER, admin=True))
+    data = await api.data("{ viewer { isAdmin } }", None, as_user=USER, admin=True)
     assert data["viewer"]["isAdmin"] is True
 
 
@@ -187,10 +186,10 @@ async def test_unexpected_errors_are_masked_and_logged_with_a_correlation_id(
     # A row the code cannot read (not a valid schedule) stands in for a bug.
     agent = await factories.agent(user_id=USER, schedule={"type": "calendar"})
     with caplog.at_level(logging.ERROR, logger="agent_engine.api"):
-        body = await api.gql(
+        body = await api.body(
             "query($id: ID!) { agent(id: $id) { schedule { __typename } } }",
             {"id": str(agent["id"])},
-            api.token(USER),
+            as_user=USER,
         )
     failure = error(body)
     assert failure["extensions"]["code"] == "INTERNAL"
@@ -200,7 +199,7 @@ async def test_unexpected_errors_are_masked_and_logged_with_a_correlation_id(
 
 
 async def test_unknown_field_is_a_validation_error(api: Api) -> None:
-    body = await api.gql("{ viewer { nope } }", None, api.token(USER))
+    body = await api.body("{ viewer { nope } }", None, as_user=USER)
     assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"]
-    body = await api.gql("{ viewer { ", None, api.token(USER))
+    body = await api.body("{ viewer { ", None, as_user=USER)
     assert codes(body) == ["GRAPHQL_PARSE_FAILED"]

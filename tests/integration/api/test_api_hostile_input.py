@@ -38,7 +38,7 @@ async def test_a_document_over_the_limit_is_refused_before_parsing(api: Api) -> 
         assert str(limit) in first["message"] and "document" in first["message"]
     # Just under the limit is a document like any other.
     fits = "{__typename} #" + "x" * (limit - 100)
-    assert (await api.gql(fits)) == {"data": {"__typename": "Query"}}
+    assert (await api.body(fits)) == {"data": {"__typename": "Query"}}
 
 
 @pytest.mark.parametrize("depth", [100_000, 5_000, 900])
@@ -47,7 +47,7 @@ async def test_json_nested_deeper_than_the_parser_goes_is_a_400(api: Api, depth:
         "[" * depth + "]" * depth,
         '{"query": "{ __typename }", "variables": {"x": ' + "[" * depth + "]" * depth + "}}",
     ):
-        response = await api.client.post(
+        response = await api.http.post(
             f"{api.url}/graphql",
             content=body,
             headers={"Content-Type": "application/json"},
@@ -55,7 +55,7 @@ async def test_json_nested_deeper_than_the_parser_goes_is_a_400(api: Api, depth:
         assert response.status_code == 400, response.text[:300]
         assert "nested deeper" in response.json()["errors"][0]["message"]
     if depth <= 5_000:  # within the URL lengths clients send
-        response = await api.client.get(
+        response = await api.http.get(
             f"{api.url}/graphql",
             params={"query": "{ __typename }", "variables": "[" * depth + "]" * depth},
         )
@@ -63,18 +63,18 @@ async def test_json_nested_deeper_than_the_parser_goes_is_a_400(api: Api, depth:
 
 
 async def test_suggestions_are_for_signed_in_callers_only(api: Api) -> None:
-    anonymous = await api.gql("{ agnt(id: 1) { id } }")
+    anonymous = await api.body("{ agnt(id: 1) { id } }")
     assert codes(anonymous) == ["GRAPHQL_VALIDATION_FAILED"]
     assert "Did you mean" not in str(anonymous), anonymous
     assert "agnt" in anonymous["errors"][0]["message"]
-    signed_in = await api.gql("{ agnt(id: 1) { id } }", token=api.token(OWNER))
+    signed_in = await api.body("{ agnt(id: 1) { id } }", as_user=OWNER)
     assert "Did you mean 'agent'" in signed_in["errors"][0]["message"], signed_in
     # Variable coercion hints (an enum value) too.
     query = 'mutation($c: Cadence!) { createAgent(input: {name: "n", prompt: "p",'
     query += ' schedule: {calendar: {cadence: $c, time: "09:00"}}}) { id } }'
-    anonymous = await api.gql(query, {"c": "WEEKLYY"})
+    anonymous = await api.body(query, {"c": "WEEKLYY"})
     assert anonymous["errors"] and "Did you mean" not in str(anonymous), anonymous
-    signed_in = await api.gql(query, {"c": "WEEKLYY"}, api.token(OWNER))
+    signed_in = await api.body(query, {"c": "WEEKLYY"}, as_user=OWNER)
     assert "Did you mean" in str(signed_in), signed_in
 
 
@@ -84,33 +84,34 @@ async def test_ids_and_cursors_of_any_length_are_bad_user_input(
     await factories.user(id=OWNER)
     token = api.token(OWNER)
     nines = "9" * 5_000
-    body = await api.gql(f'{{ run(id: "{nines}") {{ id }} }}', token=token)
+    body = await api.body(f'{{ run(id: "{nines}") {{ id }} }}', token=token)
     assert bad_input_field(body) == "id"
-    body = await api.gql("query($id: ID!) { agent(id: $id) { id } }", {"id": nines}, token)
+    body = await api.body("query($id: ID!) { agent(id: $id) { id } }", {"id": nines}, token=token)
     assert bad_input_field(body) == "id"
-    body = await api.gql(
-        "mutation($id: ID!) { startRun(agentId: $id) { id } }", {"id": "1" + "0" * 40}, token
+    body = await api.body(
+        "mutation($id: ID!) { startRun(agentId: $id) { id } }", {"id": "1" + "0" * 40}, token=token
     )
     assert bad_input_field(body) == "agentId"
     agent = await factories.agent(user_id=OWNER)
     for cursor in ("A" * 10_000, "%%%garbage%%%", "cnVuOjk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5"):
-        body = await api.gql(
+        body = await api.body(
             "query($id: ID!, $after: String) {"
             " agent(id: $id) { runs(after: $after) { edges { cursor } } } }",
             {"id": str(agent["id"]), "after": cursor},
-            token,
+            token=token,
         )
         assert bad_input_field(body) == "after", cursor[:20]
-        body = await api.gql(
+        body = await api.body(
             "query($after: String) { adminAuditLog(after: $after) { edges { cursor } } }",
             {"after": cursor},
-            api.token(ADMIN, admin=True),
+            as_user=ADMIN,
+            admin=True,
         )
         assert bad_input_field(body) == "after", cursor[:20]
     # An integer literal far past 32 bits is the document's error, not the server's.
-    body = await api.gql("{ adminRuns(first: " + nines + ") { edges { cursor } } }", token=token)
+    body = await api.body("{ adminRuns(first: " + nines + ") { edges { cursor } } }", token=token)
     assert codes(body) == ["GRAPHQL_VALIDATION_FAILED"], body
-    response = await api.client.post(
+    response = await api.http.post(
         f"{api.url}/graphql",
         content='{"query": "query($n: Int!) { adminRuns(first: $n) { edges { cursor } } }",'
         ' "variables": {"n": ' + nines + "}}",
@@ -133,14 +134,13 @@ async def test_a_nul_character_in_any_text_is_bad_user_input_naming_the_field(
     api: Api, factories: Factories, fields: dict[str, Any], field: str
 ) -> None:
     await factories.user(id=OWNER)
-    token = api.token(OWNER)
-    body = await api.gql(CREATE, {"input": fields}, token)
+    body = await api.body(CREATE, {"input": fields}, as_user=OWNER)
     assert bad_input_field(body) == field
     assert "NUL" in body["errors"][0]["message"]
     # The same in a literal of the document.
     literal = 'mutation { createAgent(input: {name: "n", prompt: "u\\u0000x"}) { id } }'
-    assert bad_input_field(await api.gql(literal, token=token)) == "input.prompt"
-    assert (await api.data("{ viewer { agents { id } } }", token=token)) == {
+    assert bad_input_field(await api.body(literal, as_user=OWNER)) == "input.prompt"
+    assert (await api.data("{ viewer { agents { id } } }", as_user=OWNER)) == {
         "viewer": {"agents": []}
     }
 
@@ -148,11 +148,12 @@ async def test_a_nul_character_in_any_text_is_bad_user_input_naming_the_field(
 async def test_a_nul_in_an_admin_note_is_bad_user_input(api: Api, factories: Factories) -> None:
     await factories.user(id=OWNER)
     agent = await factories.agent(user_id=OWNER)
-    body = await api.gql(
+    body = await api.body(
         "mutation($id: ID!, $note: String) {"
         " setAdminPaused(agentId: $id, paused: true, note: $note) { id } }",
         {"id": str(agent["id"]), "note": "see\x00ticket"},
-        api.token(ADMIN, admin=True),
+        as_user=ADMIN,
+        admin=True,
     )
     assert bad_input_field(body) == "note"
 
@@ -169,15 +170,17 @@ async def test_a_nul_in_an_admin_note_is_bad_user_input(api: Api, factories: Fac
     ],
 )
 async def test_dates_at_the_calendars_edges_are_bad_user_input(api: Api, instant: str) -> None:
-    body = await api.gql(
+    body = await api.body(
         "query($at: DateTime) { adminSpend(windowStart: $at) { tokens } }",
         {"at": instant},
-        api.token(ADMIN, admin=True),
+        as_user=ADMIN,
+        admin=True,
     )
     assert bad_input_field(body) == "windowStart", body
     assert "between" in body["errors"][0]["message"]
-    literal = await api.gql(
+    literal = await api.body(
         f'{{ adminSpend(windowStart: "{instant}") {{ tokens }} }}',
-        token=api.token(ADMIN, admin=True),
+        as_user=ADMIN,
+        admin=True,
     )
     assert bad_input_field(literal) == "windowStart", literal

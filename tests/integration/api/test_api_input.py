@@ -56,8 +56,8 @@ async def test_bad_input_is_refused_and_changes_nothing(
     disallowed = await factories.tool("nope", agents_allowed=False)
     owner = api.token(OWNER)
     admin = api.token(ADMIN, admin=True)
-    await api.data("{ viewer { isAdmin } }", None, owner)
-    await api.data("{ viewer { isAdmin } }", None, admin)
+    await api.data("{ viewer { isAdmin } }", None, token=owner)
+    await api.data("{ viewer { isAdmin } }", None, token=admin)
 
     interval = lambda hours: {"interval": {"everyHours": hours}}  # noqa: E731
     calendar = lambda **c: {"calendar": {"cadence": "DAILY", "time": "09:00", **c}}  # noqa: E731
@@ -348,7 +348,7 @@ async def test_bad_input_is_refused_and_changes_nothing(
     before = await snapshot(engine)
     failures = []
     for name, (document, variables), code, field, token in cases:
-        body = await api.gql(document, variables, token)
+        body = await api.body(document, variables, token=token)
         errors = body.get("errors") or []
         got_codes = [e.get("extensions", {}).get("code") for e in errors]
         got_field = errors[0].get("extensions", {}).get("field") if errors else None

@@ -39,13 +39,12 @@ async def test_a_run_started_and_cancelled_on_an_old_clock_is_stamped_by_the_dat
     assert api.clock.now == FIXED_NOW
     owner = await factories.user()
     agent = await factories.agent(user_id=owner["id"])
-    token = api.token(owner["id"])
     before = await _database_now(engine)
-    run = (await api.data(START, {"id": str(agent["id"])}, token))["startRun"]
+    run = (await api.data(START, {"id": str(agent["id"])}, as_user=owner["id"]))["startRun"]
     assert run["state"] == "QUEUED"
     claim = await claim_run(engine, int(run["id"]), now=utc_now())
     assert claim.state == RunState.RUNNING
-    cancelled = (await api.data(CANCEL, {"id": run["id"]}, token))["cancelRun"]
+    cancelled = (await api.data(CANCEL, {"id": run["id"]}, as_user=owner["id"]))["cancelRun"]
     after = await _database_now(engine)
     created, started, finished = (
         _instant(cancelled[key]) for key in ("createdAt", "startedAt", "finishedAt")
@@ -61,23 +60,27 @@ async def test_an_owner_cannot_delete_an_agent_under_review_and_the_admin_can(
     await factories.user(ADMIN)
     agent = await factories.agent(user_id=owner["id"], name="Scraper")
     ident = str(agent["id"])
-    admin = api.token(ADMIN, admin=True)
-    await api.data(PAUSE, {"id": ident, "note": "policy review, ticket 42"}, admin)
+    await api.data(
+        PAUSE, {"id": ident, "note": "policy review, ticket 42"}, as_user=ADMIN, admin=True
+    )
 
-    refused = await api.gql(DELETE, {"id": ident}, api.token(owner["id"]))
+    refused = await api.body(DELETE, {"id": ident}, as_user=owner["id"])
     assert codes(refused) == ["FORBIDDEN"]
     message = error(refused)["message"]
     assert "paused by an admin" in message and "policy review, ticket 42" in message
-    kept = await api.data("{ viewer { agents { id status } } }", None, api.token(owner["id"]))
+    kept = await api.data("{ viewer { agents { id status } } }", None, as_user=owner["id"])
     assert kept["viewer"]["agents"] == [{"id": ident, "status": "ADMIN_PAUSED"}]
 
-    assert (await api.data(DELETE, {"id": ident}, admin))["deleteAgent"] == ident
-    gone = await api.data("{ viewer { agents { id } } }", None, api.token(owner["id"]))
+    assert (await api.data(DELETE, {"id": ident}, as_user=ADMIN, admin=True))[
+        "deleteAgent"
+    ] == ident
+    gone = await api.data("{ viewer { agents { id } } }", None, as_user=owner["id"])
     assert gone["viewer"]["agents"] == []
     log = await api.data(
         "query($a: ID!) { adminAuditLog(agentId: $a) { edges { node { action actor { id } } } } }",
         {"a": ident},
-        admin,
+        as_user=ADMIN,
+        admin=True,
     )
     actions = [edge["node"] for edge in log["adminAuditLog"]["edges"]]
     assert actions[0] == {"action": "agent.deleted", "actor": {"id": str(ADMIN)}}, actions
@@ -92,6 +95,7 @@ async def test_an_owner_still_deletes_an_agent_that_is_not_paused(
     await api.data(
         "mutation($id: ID!) { setAdminPaused(agentId: $id, paused: false) { status } }",
         {"id": ident},
-        api.token(ADMIN, admin=True),
+        as_user=ADMIN,
+        admin=True,
     )
-    assert (await api.data(DELETE, {"id": ident}, api.token(owner["id"])))["deleteAgent"] == ident
+    assert (await api.data(DELETE, {"id": ident}, as_user=owner["id"]))["deleteAgent"] == ident

@@ -62,7 +62,7 @@ async def test_the_forecast_walks_each_remaining_slot_across_spring_forward(
     switched_off = await agent("off", schedule=HOURLY, enabled=False)
     await history(factories, switched_off["id"], [10_000], finished=last_week)
 
-    data = await api.data(FORECAST, None, api.token(OWNER))
+    data = await api.data(FORECAST, None, as_user=OWNER)
 
     paces = {a["name"]: a["expectedTokensPerRun"] for a in data["viewer"]["agents"]}
     assert paces == {"hourly": 100, "daily": 1000, "manual": 400, "new": None, "off": 10_000}
@@ -80,7 +80,7 @@ async def test_the_forecast_walks_each_remaining_slot_across_spring_forward(
     }
 
     await factories.setting(WEEKLY_TOKEN_CAP, 5000)
-    forecast = (await api.data(FORECAST, None, api.token(OWNER)))["viewer"]["budget"]["forecast"]
+    forecast = (await api.data(FORECAST, None, as_user=OWNER))["viewer"]["budget"]["forecast"]
     # 400 +100 (06:00) +1000 (06:30) = 1500; +23 hourly to 05:00 on the 10th = 3800; the daily
     # slot at 05:30 UTC (01:30 EDT, an hour earlier in UTC than the day before) = 4800;
     # 06:00 = 4900; 07:00 = 5000, the cap.
@@ -99,7 +99,7 @@ async def test_pace_counts_only_the_newest_ten_succeeded_or_failed_runs(
     await factories.run(agent["id"], state="running", tokens_used=5)
 
     query = "query A($id: ID!) { agent(id: $id) { expectedTokensPerRun } }"
-    data = await api.data(query, {"id": str(agent["id"])}, api.token(OWNER))
+    data = await api.data(query, {"id": str(agent["id"])}, as_user=OWNER)
 
     # The newest ten finished-and-ran: 70 and nine 50s (the outlier is the eleventh).
     assert data["agent"]["expectedTokensPerRun"] == 50
@@ -122,7 +122,7 @@ async def test_forecast_and_pace_cost_the_same_statements_for_10_and_100_agents(
             await factories.run(
                 agent["id"], state="succeeded", tokens_used=3, finished_at=api.clock.now
             )
-        await api.data("{ viewer { isAdmin } }", None, api.token(owner))
+        await api.data("{ viewer { isAdmin } }", None, as_user=owner)
     query = """{ viewer { agents { expectedTokensPerRun } budgetAlerts { id }
       budget { usedCost forecast { projectedTokens agentsWithoutHistory } } } }"""
     database = engine.url.database
@@ -130,7 +130,7 @@ async def test_forecast_and_pace_cost_the_same_statements_for_10_and_100_agents(
     counts = {}
     for owner, size in ((OWNER, 10), (OTHER, 100)):
         with counting_statements(database) as statements:
-            data = await api.data(query, None, api.token(owner))
+            data = await api.data(query, None, as_user=owner)
         assert data["viewer"]["budget"]["forecast"]["agentsWithoutHistory"] == 0
         assert [a["expectedTokensPerRun"] for a in data["viewer"]["agents"]] == [3] * size
         counts[size] = len(statements)
@@ -167,15 +167,16 @@ async def test_the_admin_spend_report_is_per_owner_and_week(
 
     query = """query Spend($start: DateTime) { adminSpend(windowStart: $start) {
       owner { id } tokens cost runs } }"""
-    admin = api.token(1, admin=True)
-    this_week = (await api.data(query, None, admin))["adminSpend"]
+    this_week = (await api.data(query, None, as_user=1, admin=True))["adminSpend"]
     assert this_week == [
         {"owner": {"id": "41"}, "tokens": 1500, "cost": "0.5", "runs": 2},
         {"owner": {"id": "42"}, "tokens": 300, "cost": "0.25", "runs": 1},
     ]
-    last_week = (await api.data(query, {"start": "2025-03-05T12:00:00Z"}, admin))["adminSpend"]
+    last_week = (await api.data(query, {"start": "2025-03-05T12:00:00Z"}, as_user=1, admin=True))[
+        "adminSpend"
+    ]
     assert last_week == [{"owner": {"id": "43"}, "tokens": 9999, "cost": "9", "runs": 1}]
-    assert codes(await api.gql(query, None, api.token(41))) == ["FORBIDDEN"]
+    assert codes(await api.body(query, None, as_user=41)) == ["FORBIDDEN"]
 
     # One aggregate, and the database can serve it from an index whatever the journal's size.
     async with engine.connect() as conn:

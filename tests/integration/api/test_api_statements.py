@@ -63,14 +63,14 @@ async def test_statement_count_is_the_same_for_10_and_100_agents(
     await _agents_with_relations(factories, large, 100)
     # Warm up: provisioning on first sight is a one-off, not part of the page's cost.
     for owner in (small, large):
-        await api.data("{ viewer { isAdmin } }", None, api.token(owner))
+        await api.data("{ viewer { isAdmin } }", None, as_user=owner)
 
     database = engine.url.database
     assert database is not None
     counts = {}
     for owner, size in ((small, 10), (large, 100)):
         with counting_statements(database) as statements:
-            data = await api.data(QUERY, None, api.token(owner))
+            data = await api.data(QUERY, None, as_user=owner)
         agents = data["viewer"]["agents"]
         assert len(agents) == size
         assert all(a["lastRun"] and a["activeRun"] and a["tools"] and a["model"] for a in agents)
@@ -133,14 +133,14 @@ async def test_a_page_of_runs_with_steps_and_deliveries_costs_the_same_for_10_an
         ).scalar_one()
     small = await _runs_with_steps(factories, owner, 10, target)
     large = await _runs_with_steps(factories, owner, 100, target)
-    await api.data("{ viewer { isAdmin } }", None, api.token(owner))
+    await api.data("{ viewer { isAdmin } }", None, as_user=owner)
 
     database = engine.url.database
     assert database is not None
     counts = {}
     for agent, size in ((small, 10), (large, 100)):
         with counting_statements(database) as statements:
-            data = await api.data(RUNS_PAGE, {"id": str(agent)}, api.token(owner))
+            data = await api.data(RUNS_PAGE, {"id": str(agent)}, as_user=owner)
         runs = [e["node"] for e in data["agent"]["runs"]["edges"]]
         assert len(runs) == size
         assert all(len(r["steps"]) == 2 and len(r["deliveries"]) == 1 for r in runs)
@@ -164,13 +164,14 @@ async def test_a_pages_prefetched_relations_answer_what_each_agent_answers(
     await factories.user(id=owner)
     await _agents_with_relations(factories, owner, 3)
     bare = await factories.agent(user_id=owner, model_id=None, name="bare")  # no relations at all
-    token = api.token(owner)
 
-    page = await api.data(f"{{ viewer {{ agents {{ {RELATIONS} }} }} }}", None, token)
+    page = await api.data(f"{{ viewer {{ agents {{ {RELATIONS} }} }} }}", None, as_user=owner)
     one_by_one = [
         (
             await api.data(
-                f"query($id: ID!) {{ agent(id: $id) {{ {RELATIONS} }} }}", {"id": a["id"]}, token
+                f"query($id: ID!) {{ agent(id: $id) {{ {RELATIONS} }} }}",
+                {"id": a["id"]},
+                as_user=owner,
             )
         )["agent"]
         for a in page["viewer"]["agents"]

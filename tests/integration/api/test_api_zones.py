@@ -39,10 +39,10 @@ async def test_a_zone_change_moves_calendar_slots_but_not_interval_slots(
     )
     berlin = api.token(OWNER, timezone="Europe/Berlin")
     new_york = api.token(OWNER, timezone="America/New_York")
-    unchanged = (await api.data(NEXT, {"a": str(daily["id"])}, berlin))["agent"]
+    unchanged = (await api.data(NEXT, {"a": str(daily["id"])}, token=berlin))["agent"]
     assert unchanged["nextRunAt"] == "2025-03-13T08:00:00+00:00"
 
-    moved = (await api.data(NEXT, {"a": str(daily["id"])}, new_york))["agent"]
+    moved = (await api.data(NEXT, {"a": str(daily["id"])}, token=new_york))["agent"]
 
     # 09:00 New York (EDT) -- tomorrow, not today at 13:00 UTC: that local day already had its
     # run (04:00 New York time, under the old zone).
@@ -50,5 +50,5 @@ async def test_a_zone_change_moves_calendar_slots_but_not_interval_slots(
         "nextRunAt": "2025-03-13T13:00:00+00:00",
         "upcomingRunTimes": ["2025-03-13T13:00:00+00:00", "2025-03-14T13:00:00+00:00"],
     }
-    kept = (await api.data(NEXT, {"a": str(interval["id"])}, new_york))["agent"]
+    kept = (await api.data(NEXT, {"a": str(interval["id"])}, token=new_york))["agent"]
     assert kept["nextRunAt"] == interval_slot.isoformat()

@@ -38,7 +38,7 @@ START = "mutation($a: ID!) { startRun(agentId: $a) { id state } }"
 
 
 async def test_the_page_and_its_assets_are_served_with_nothing_from_elsewhere(api: Api) -> None:
-    page = await api.client.get(f"{api.url}/dashboard")
+    page = await api.http.get(f"{api.url}/dashboard")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     policy = page.headers["content-security-policy"]
@@ -47,14 +47,14 @@ async def test_the_page_and_its_assets_are_served_with_nothing_from_elsewhere(ap
     texts = [page.text]
     for asset in ASSETS:
         assert f'"/static/{asset}"' in page.text
-        response = await api.client.get(f"{api.url}/static/{asset}")
+        response = await api.http.get(f"{api.url}/static/{asset}")
         assert response.status_code == 200, asset
         texts.append(response.text)
     for text in texts:
         # No CDN, no web fonts, no analytics: every URL is relative to this origin.
         assert not re.search(r"https?://", text), re.search(r".{40}https?://.{40}", text)
     # A forged Host header cannot widen the policy.
-    forged = await api.client.get(
+    forged = await api.http.get(
         f"{api.url}/dashboard", headers={"Host": "evil.example; script-src *"}
     )
     assert "evil" not in forged.headers["content-security-policy"]
@@ -86,7 +86,7 @@ def feed_state(run_id: str) -> str:
 
 
 async def start_run(api: Api, token: str, agent_id: int) -> str:
-    data = await api.data(START, {"a": str(agent_id)}, token)
+    data = await api.data(START, {"a": str(agent_id)}, token=token)
     run_id: str = data["startRun"]["id"]
     return run_id
 
@@ -118,7 +118,7 @@ async def test_owner_sees_a_run_reach_succeeded_live_and_the_admin_sees_the_flee
         "mutation($a: ID!, $n: String) { setAdminPaused(agentId: $a, paused: true, note: $n) {"
         " id } }",
         {"a": str(locked["id"]), "n": "policy review, see ticket 42"},
-        admin_token,
+        token=admin_token,
     )
 
     async with headless_chromium() as cdp:
@@ -237,18 +237,18 @@ async def test_the_owner_approves_a_waiting_tool_call_on_the_dashboard(
         source = await api.data(
             "mutation($i: ToolSourceInput!) { upsertToolSource(input: $i) { tools { id name } } }",
             {"i": {"name": "tickets", "url": tickets.url}},
-            admin_token,
+            token=admin_token,
         )
         for tool in source["upsertToolSource"]["tools"]:
             await api.data(
                 "mutation($t: ID!) { setToolAllowed(toolId: $t, allowed: true) { id } }",
                 {"t": tool["id"]},
-                admin_token,
+                token=admin_token,
             )
             await api.data(
                 "mutation($a: ID!, $t: ID!) { attachTool(agentId: $a, toolId: $t) { id } }",
                 {"a": str(agent["id"]), "t": tool["id"]},
-                owner_token,
+                token=owner_token,
             )
         fake_openai.enqueue(
             tool_reply(FakeToolCall("tickets__create_ticket", {"title": "Renew the certificate"})),

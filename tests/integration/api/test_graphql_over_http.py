@@ -25,7 +25,7 @@ async def _post(
     headers = {"Authorization": f"Bearer {api.token(USER)}"} if token else {}
     if accept is not None:
         headers["Accept"] = accept
-    return await api.client.post(f"{api.url}/graphql", json=body, headers=headers)
+    return await api.http.post(f"{api.url}/graphql", json=body, headers=headers)
 
 
 @pytest.mark.parametrize(

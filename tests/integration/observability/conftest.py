@@ -16,4 +16,4 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
     clock = Clock(now=datetime.now(UTC))
     with running_server(settings, clock) as url:
         async with httpx.AsyncClient(timeout=30.0) as client:
-            yield Api(url=url, settings=settings, clock=clock, client=client)
+            yield Api(url=url, settings=settings, http=client, clock=clock)

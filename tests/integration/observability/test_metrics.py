@@ -14,7 +14,7 @@ from tests.support.factories import Factories
 
 
 async def scrape(api: Api) -> dict[str, list[Sample]]:
-    response = await api.client.get(f"{api.url}/metrics")
+    response = await api.http.get(f"{api.url}/metrics")
     assert response.status_code == 200
     samples: dict[str, list[Sample]] = {}
     for family in text_string_to_metric_families(response.text):
@@ -86,13 +86,13 @@ async def test_http_requests_are_counted_by_route_and_status_with_their_latency(
             if s.labels["route"] == "/graphql"
         )
 
-    ok = await api.client.post(f"{api.url}/graphql", json={"query": "{ __typename }"})
+    ok = await api.http.post(f"{api.url}/graphql", json={"query": "{ __typename }"})
     assert ok.status_code == 200
-    too_big = await api.client.post(
+    too_big = await api.http.post(
         f"{api.url}/graphql", content=b"{" + b" " * (api.settings.max_body_bytes + 10) + b"}"
     )
     assert too_big.status_code == 413
-    missing = await api.client.get(f"{api.url}/no/such/page/{datetime.now(UTC).timestamp()}")
+    missing = await api.http.get(f"{api.url}/no/such/page/{datetime.now(UTC).timestamp()}")
     assert missing.status_code == 404
 
     after = await scrape(api)

@@ -32,8 +32,8 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
 async def exported_families(api: Api) -> dict[str, str]:
     """Family name → type, from a real scrape (after one GraphQL request, so the per-route
     HTTP series exist too)."""
-    await api.client.post(f"{api.url}/graphql", json={"query": "{ __typename }"})
-    response = await api.client.get(f"{api.url}/metrics")
+    await api.http.post(f"{api.url}/graphql", json={"query": "{ __typename }"})
+    response = await api.http.get(f"{api.url}/metrics")
     assert response.status_code == 200
     return {f.name: f.type for f in text_string_to_metric_families(response.text)}
 

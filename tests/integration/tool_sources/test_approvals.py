@@ -18,7 +18,7 @@ from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, tex
 from agent_engine.testing.mcp_tickets import TicketServer
 from agent_engine.workers.actors import worker_context
 from agent_engine.workers.broker import enqueue_execute
-from tests.integration.api.subscriptions.support import acknowledged_client
+from tests.integration.api.subscriptions.support import Server, acknowledged_client
 from tests.integration.runs.support import FakeAgent, eventually, fetch
 from tests.integration.runs.transcript.support import CANCEL, Gql, error_code
 from tests.integration.tool_sources.conftest import ATTACH as ATTACH_TOOL
@@ -350,6 +350,7 @@ LIVE = "subscription { toolApprovals { id status input note tool { name } run { 
 async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
     admin: Admin,
     gql: Gql,
+    server: Server,
     tickets: TicketServer,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
@@ -359,16 +360,15 @@ async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
     agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
     owner = int(agent["user_id"])
     stranger = (await factories.user())["id"]
-    server = gql.server
     feed = server.app.state.approval_feed
     fake_openai.enqueue(
         tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
         text_reply("done"),
     )
     async with (
-        acknowledged_client(server, gql.bearer(owner)) as owner_ws,
-        acknowledged_client(server, gql.bearer(stranger)) as stranger_ws,
-        acknowledged_client(server, gql.bearer(admin.id, admin=True)) as admin_ws,
+        acknowledged_client(server, gql.token(owner)) as owner_ws,
+        acknowledged_client(server, gql.token(stranger)) as stranger_ws,
+        acknowledged_client(server, gql.token(admin.id, admin=True)) as admin_ws,
     ):
         for ws in (owner_ws, stranger_ws, admin_ws):
             await ws.subscribe("a", LIVE)
@@ -437,6 +437,7 @@ RUN_EVENTS = """subscription($agent: ID) { runEvents(agentId: $agent) {
 async def test_run_events_show_the_run_waiting_and_then_going_on(
     admin: Admin,
     gql: Gql,
+    server: Server,
     tickets: TicketServer,
     fake_openai: FakeOpenAIServer,
     fake_agent: FakeAgent,
@@ -448,9 +449,9 @@ async def test_run_events_show_the_run_waiting_and_then_going_on(
         tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
         text_reply("done"),
     )
-    async with acknowledged_client(gql.server, gql.bearer(owner)) as ws:
+    async with acknowledged_client(server, gql.token(owner)) as ws:
         await ws.subscribe("e", RUN_EVENTS, {"agent": str(agent["id"])})
-        await gql.server.wait_subscribers(1)
+        await server.wait_subscribers(1)
         run_id = await gql.start(agent["id"], as_user=owner)
 
         async def next_event() -> dict[str, Any]:

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
 
 from starlette.applications import Starlette
-from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 from agent_engine.api.app import create_app
-from agent_engine.api.auth import mint_token
 from agent_engine.api.live import Broadcaster, LiveUpdates
 from agent_engine.settings import Settings
 from tests.integration.api.support import serving
+from tests.support.graphql import (
+    EVENT_TIMEOUT_SECONDS,
+    LEGACY_WS,
+    TRANSPORT_WS,
+    GraphQLWs,
+    token,
+    websocket,
+)
 
-EVENT_TIMEOUT_SECONDS = 20.0
-TRANSPORT_WS = Subprotocol("graphql-transport-ws")
-LEGACY_WS = Subprotocol("graphql-ws")
+__all__ = ["EVENT_TIMEOUT_SECONDS", "LEGACY_WS", "TRANSPORT_WS", "GraphQLWs", "token"]
+
 
 RUN_EVENTS = """
 subscription Events($agentId: ID) {
@@ -35,12 +37,6 @@ subscription Events($agentId: ID) {
 """
 BUDGET = "subscription { budget { usedTokens capTokens remainingTokens exceeded windowStart } }"
 START_RUN = "mutation Start($id: ID!) { startRun(agentId: $id) { id state reason } }"
-
-
-def token(settings: Settings, user_id: int, *, admin: bool = False) -> str:
-    return mint_token(
-        settings.jwt_secret or "", user_id=user_id, admin=admin, ttl=timedelta(hours=1)
-    )
 
 
 @dataclass
@@ -87,78 +83,12 @@ def running_api(settings: Settings) -> Iterator[Server]:
         yield Server(url=url, app=app)
 
 
-class GraphQLWs:
-    """The client side of graphql-transport-ws, message by message."""
-
-    def __init__(self, connection: ClientConnection) -> None:
-        self.connection = connection
-        self._pending: list[dict[str, Any]] = []
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.connection.send(json.dumps(message))
-
-    async def init(self, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-        await self.send({"type": "connection_init", "payload": payload or {}})
-        return await self.receive()
-
-    async def subscribe(self, id: str, query: str, variables: dict[str, Any] | None = None) -> None:
-        await self.send(
-            {"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}
-        )
-
-    async def complete(self, id: str) -> None:
-        await self.send({"id": id, "type": "complete"})
-
-    async def receive(self, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
-        if self._pending:
-            return self._pending.pop(0)
-        async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                    continue
-                return message
-
-    async def message_for(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
-        """The next message of operation `id`; others are kept for later."""
-        for index, message in enumerate(self._pending):
-            if message.get("id") == id:
-                return self._pending.pop(index)
-        async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                elif message.get("id") == id:
-                    return message
-                else:
-                    self._pending.append(message)
-
-    async def next_data(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
-        message = await self.message_for(id, within)
-        assert message["type"] == "next", message
-        assert not message["payload"].get("errors"), message
-        data: dict[str, Any] = message["payload"]["data"]
-        return data
-
-    async def nothing_for(self, seconds: float) -> None:
-        """No message arrives for `seconds`."""
-        assert not self._pending, self._pending
-        try:
-            async with asyncio.timeout(seconds):
-                message = await self.connection.recv()
-        except TimeoutError:
-            return
-        raise AssertionError(f"unexpected message: {message!r}")
-
-
 @asynccontextmanager
 async def ws_client(
     server: Server, *, subprotocol: Subprotocol = TRANSPORT_WS
 ) -> AsyncIterator[GraphQLWs]:
-    async with connect(server.ws_url, subprotocols=[subprotocol], proxy=None) as connection:
-        yield GraphQLWs(connection)
+    async with websocket(server.url, subprotocol=subprotocol) as client:
+        yield client
 
 
 @asynccontextmanager

@@ -1,5 +1,5 @@
-"""Fixtures: a GraphQL client for the spend tests and a worker with threads enough for the budget
-races (the api, broker and fake model are the integration suite's)."""
+"""Fixtures: a worker with threads enough for the budget races (the api, broker and fake model
+are the integration suite's)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,8 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
 from agent_engine.workers.main import EngineWorker, start_worker, stop_worker
 from tests.integration.conftest import WORKER_STOP_GRACE_SECONDS
-from tests.integration.runs.spend.support import Client
-from tests.integration.runs.transcript.support import Gql
 
 WORKER_THREADS = 8
-
-
-@pytest.fixture
-def client(gql: Gql) -> Client:
-    return Client(gql)
 
 
 @pytest.fixture

@@ -12,8 +12,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from tests.integration.api.subscriptions.support import GraphQLWs, Server, acknowledged_client
-from tests.integration.runs.spend.support import SETTINGS, Client
+from tests.integration.runs.spend.support import (
+    ADMIN_ID,
+    SETTINGS,
+    create_agent,
+    fake_model,
+    finished_run,
+    run_to_the_end,
+    start_run,
+)
 from tests.integration.runs.support import eventually, fetch
+from tests.integration.runs.transcript.support import Gql
 
 OWNER, OTHER = 7, 8
 RUNS = 8
@@ -40,31 +49,34 @@ async def alerts_received(ws: GraphQLWs, count: int) -> list[dict[str, Any]]:
 
 
 async def test_racing_runs_record_each_threshold_once_and_it_is_seen_live(
-    client: Client,
+    gql: Gql,
     server: Server,
     engine: AsyncEngine,
     fake_openai: FakeOpenAIServer,
     worker: dramatiq.Worker,
 ) -> None:
     cap = RUNS * TOKENS_PER_RUN
-    await client.admin(
-        SETTINGS, {"input": {"weeklyTokenCap": cap, "budgetAlertPercents": [50, 100]}}
+    await gql.data(
+        SETTINGS,
+        {"input": {"weeklyTokenCap": cap, "budgetAlertPercents": [50, 100]}},
+        as_user=ADMIN_ID,
+        admin=True,
     )
-    model = await client.fake_model(fake_openai.base_url)
-    agents = [await client.agent(OWNER, model, name=f"a{i}") for i in range(RUNS)]
+    model = await fake_model(gql, fake_openai.base_url)
+    agents = [await create_agent(gql, OWNER, model, name=f"a{i}") for i in range(RUNS)]
     # Slow replies: the runs are in flight together and finish within moments of each other.
     fake_openai.script(lambda _request: text_reply("ok", delay_seconds=0.5))
 
     async with (
-        acknowledged_client(server, client.token(OWNER)) as owner_ws,
-        acknowledged_client(server, client.token(OTHER)) as other_ws,
-        acknowledged_client(server, client.token(1, admin=True)) as admin_ws,
+        acknowledged_client(server, gql.token(OWNER)) as owner_ws,
+        acknowledged_client(server, gql.token(OTHER)) as other_ws,
+        acknowledged_client(server, gql.token(1, admin=True)) as admin_ws,
     ):
         for ws in (owner_ws, other_ws, admin_ws):
             await ws.subscribe("a", ALERTS)
         await wait_alert_subscribers(server, 3)
-        runs = await asyncio.gather(*(client.start(OWNER, agent) for agent in agents))
-        finished = await asyncio.gather(*(client.finished_run(OWNER, run) for run in runs))
+        runs = await asyncio.gather(*(start_run(gql, OWNER, agent) for agent in agents))
+        finished = await asyncio.gather(*(finished_run(gql, OWNER, run) for run in runs))
         seen_by_owner = await alerts_received(owner_ws, 2)
         seen_by_admin = await alerts_received(admin_ws, 2)
         await owner_ws.nothing_for(QUIET_SECONDS)
@@ -89,36 +101,43 @@ async def test_racing_runs_record_each_threshold_once_and_it_is_seen_live(
     assert {a["id"] for a in seen_by_admin} == {a["id"] for a in seen_by_owner}
     assert {a["id"] for a in seen_by_owner} == {str(a["id"]) for a in stored}
 
-    listed = (await client.data(VIEWER_ALERTS, user=OWNER))["viewer"]["budgetAlerts"]
+    listed = (await gql.data(VIEWER_ALERTS, as_user=OWNER))["viewer"]["budgetAlerts"]
     assert [(a["percent"], a["usedTokens"]) for a in listed] == [
         (50, stored[0]["used_tokens"]),
         (100, cap),
     ]
-    assert (await client.data(VIEWER_ALERTS, user=OTHER))["viewer"]["budgetAlerts"] == []
-    newest_first = (await client.admin(ADMIN_ALERTS, {"owner": str(OWNER)}))["adminBudgetAlerts"]
+    assert (await gql.data(VIEWER_ALERTS, as_user=OTHER))["viewer"]["budgetAlerts"] == []
+    newest_first = (
+        await gql.data(ADMIN_ALERTS, {"owner": str(OWNER)}, as_user=ADMIN_ID, admin=True)
+    )["adminBudgetAlerts"]
     assert [int(a["id"]) for a in newest_first] == sorted((a["id"] for a in stored), reverse=True)
-    assert (await client.admin(ADMIN_ALERTS, {"owner": str(OTHER)}))["adminBudgetAlerts"] == []
-    denied = await client.gql(ADMIN_ALERTS, {"owner": str(OWNER)}, user=OWNER)
+    assert (await gql.data(ADMIN_ALERTS, {"owner": str(OTHER)}, as_user=ADMIN_ID, admin=True))[
+        "adminBudgetAlerts"
+    ] == []
+    denied = await gql.body(ADMIN_ALERTS, {"owner": str(OWNER)}, as_user=OWNER)
     assert denied["errors"][0]["extensions"]["code"] == "FORBIDDEN"
 
-    metrics = (await client.http.get(f"{server.url}/metrics")).text
+    metrics = (await gql.http.get(f"{server.url}/metrics")).text
     assert 'agent_engine_budget_alerts_total{percent="50"} 1.0' in metrics
     assert 'agent_engine_budget_alerts_total{percent="100"} 1.0' in metrics
 
 
 async def test_one_run_past_two_thresholds_records_both(
-    client: Client, engine: AsyncEngine, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
+    gql: Gql, engine: AsyncEngine, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
 ) -> None:
-    await client.admin(
-        SETTINGS, {"input": {"weeklyTokenCap": TOKENS_PER_RUN, "budgetAlertPercents": [50, 100]}}
+    await gql.data(
+        SETTINGS,
+        {"input": {"weeklyTokenCap": TOKENS_PER_RUN, "budgetAlertPercents": [50, 100]}},
+        as_user=ADMIN_ID,
+        admin=True,
     )
-    agent = await client.agent(OWNER, await client.fake_model(fake_openai.base_url))
+    agent = await create_agent(gql, OWNER, await fake_model(gql, fake_openai.base_url))
 
-    await client.run_to_the_end(OWNER, agent)
+    await run_to_the_end(gql, OWNER, agent)
 
     # The worker records thresholds right after the finish it just committed.
     await alerts_recorded(engine, 2)
-    listed = (await client.data(VIEWER_ALERTS, user=OWNER))["viewer"]["budgetAlerts"]
+    listed = (await gql.data(VIEWER_ALERTS, as_user=OWNER))["viewer"]["budgetAlerts"]
     assert [(a["percent"], a["usedTokens"], a["capTokens"]) for a in listed] == [
         (50, TOKENS_PER_RUN, TOKENS_PER_RUN),
         (100, TOKENS_PER_RUN, TOKENS_PER_RUN),
@@ -126,22 +145,25 @@ async def test_one_run_past_two_thresholds_records_both(
 
 
 async def test_a_cap_change_records_only_the_thresholds_newly_crossed_on_the_next_finish(
-    client: Client, engine: AsyncEngine, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
+    gql: Gql, engine: AsyncEngine, fake_openai: FakeOpenAIServer, worker: dramatiq.Worker
 ) -> None:
-    await client.admin(
-        SETTINGS, {"input": {"weeklyTokenCap": 20, "budgetAlertPercents": [50, 100]}}
+    await gql.data(
+        SETTINGS,
+        {"input": {"weeklyTokenCap": 20, "budgetAlertPercents": [50, 100]}},
+        as_user=ADMIN_ID,
+        admin=True,
     )
-    agent = await client.agent(OWNER, await client.fake_model(fake_openai.base_url))
+    agent = await create_agent(gql, OWNER, await fake_model(gql, fake_openai.base_url))
 
-    await client.run_to_the_end(OWNER, agent)  # 15 of 20: past 50 %
+    await run_to_the_end(gql, OWNER, agent)  # 15 of 20: past 50 %
     await alerts_recorded(engine, 1)
     assert [a["percent"] for a in await stored_alerts(engine)] == [50]
 
     # A lower cap alone records nothing: only a finishing run does.
-    await client.admin(SETTINGS, {"input": {"weeklyTokenCap": 16}})
+    await gql.data(SETTINGS, {"input": {"weeklyTokenCap": 16}}, as_user=ADMIN_ID, admin=True)
     assert [a["percent"] for a in await stored_alerts(engine)] == [50]
 
-    await client.run_to_the_end(OWNER, agent)  # 30 of 16: past 100 %, 50 % not again
+    await run_to_the_end(gql, OWNER, agent)  # 30 of 16: past 100 %, 50 % not again
     alerts = await alerts_recorded(engine, 2)
     assert [(a["percent"], a["used_tokens"], a["cap_tokens"]) for a in alerts] == [
         (50, 15, 20),
@@ -149,12 +171,17 @@ async def test_a_cap_change_records_only_the_thresholds_newly_crossed_on_the_nex
     ]
 
 
-async def test_alert_thresholds_and_currency_are_validated_settings(client: Client) -> None:
-    current = await client.admin("{ platformSettings { currency budgetAlertPercents } }")
+async def test_alert_thresholds_and_currency_are_validated_settings(gql: Gql) -> None:
+    current = await gql.data(
+        "{ platformSettings { currency budgetAlertPercents } }", as_user=ADMIN_ID, admin=True
+    )
     assert current == {"platformSettings": {"currency": "USD", "budgetAlertPercents": [80, 100]}}
 
-    changed = await client.admin(
-        SETTINGS, {"input": {"currency": "eur", "budgetAlertPercents": []}}
+    changed = await gql.data(
+        SETTINGS,
+        {"input": {"currency": "eur", "budgetAlertPercents": []}},
+        as_user=ADMIN_ID,
+        admin=True,
     )
     assert changed["updatePlatformSettings"]["currency"] == "EUR"
     assert changed["updatePlatformSettings"]["budgetAlertPercents"] == []
@@ -169,10 +196,12 @@ async def test_alert_thresholds_and_currency_are_validated_settings(client: Clie
         ("budgetAlertPercents", [101]),
         ("budgetAlertPercents", None),
     ):
-        body = await client.gql(SETTINGS, {"input": {field: value}}, user=1, admin=True)
+        body = await gql.body(SETTINGS, {"input": {field: value}}, as_user=1, admin=True)
         (error,) = body["errors"]
         assert error["extensions"] == {"code": "BAD_USER_INPUT", "field": f"input.{field}"}, value
-    unchanged = await client.admin("{ platformSettings { currency budgetAlertPercents } }")
+    unchanged = await gql.data(
+        "{ platformSettings { currency budgetAlertPercents } }", as_user=ADMIN_ID, admin=True
+    )
     assert unchanged == {"platformSettings": {"currency": "EUR", "budgetAlertPercents": []}}
 
 

@@ -1,14 +1,12 @@
-"""GraphQL over HTTP for the transcript, cancel and delivery tests."""
+"""GraphQL steps of the transcript, cancel and delivery tests, on the shared client."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from agent_engine.settings import Settings
-from tests.integration.api.subscriptions.support import Server, token
 from tests.integration.runs.support import eventually
+from tests.support.graphql import GraphQL
 
 RUN = """
 query Run($id: ID!) {
@@ -24,44 +22,9 @@ START = "mutation($id: ID!) { startRun(agentId: $id) { id state reason } }"
 CANCEL = "mutation($id: ID!) { cancelRun(runId: $id) { id state reason error tokensUsed } }"
 
 
-class Gql:
-    def __init__(self, server: Server, http: httpx.AsyncClient, settings: Settings) -> None:
-        self.server = server
-        self.http = http
-        self.settings = settings
-
-    def bearer(self, user_id: int, *, admin: bool = False) -> str:
-        return token(self.settings, user_id, admin=admin)
-
-    async def body(
-        self,
-        query: str,
-        variables: dict[str, Any] | None = None,
-        *,
-        as_user: int,
-        admin: bool = False,
-    ) -> dict[str, Any]:
-        response = await self.http.post(
-            f"{self.server.url}/graphql",
-            json={"query": query, "variables": variables or {}},
-            headers={"Authorization": f"Bearer {self.bearer(as_user, admin=admin)}"},
-        )
-        assert response.status_code == 200, response.text
-        result: dict[str, Any] = response.json()
-        return result
-
-    async def data(
-        self,
-        query: str,
-        variables: dict[str, Any] | None = None,
-        *,
-        as_user: int,
-        admin: bool = False,
-    ) -> dict[str, Any]:
-        body = await self.body(query, variables, as_user=as_user, admin=admin)
-        assert not body.get("errors"), body["errors"]
-        data: dict[str, Any] = body["data"]
-        return data
+@dataclass
+class Gql(GraphQL):
+    """The shared GraphQL client against the integration suite's `server`, with run steps."""
 
     async def start(self, agent_id: object, *, as_user: int) -> str:
         """The id of the run `startRun` queued for the agent."""
