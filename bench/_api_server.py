@@ -62,6 +62,7 @@ class BenchApp:
         self.statements = 0
         self.gc_seconds = 0.0
         self._gc_started = 0.0
+        self.pool: asyncpg.Pool | None = None
         gc.callbacks.append(self._gc)
 
     def _gc(self, phase: str, _info: dict[str, Any]) -> None:
@@ -69,7 +70,6 @@ class BenchApp:
             self._gc_started = time.perf_counter()
         else:
             self.gc_seconds += time.perf_counter() - self._gc_started
-        self.pool: asyncpg.Pool | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
