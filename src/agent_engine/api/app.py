@@ -337,18 +337,6 @@ async def metrics(request: Request) -> Response:
     return Response(render(snapshot), media_type=CONTENT_TYPE)
 
 
-class _FeedCount:
-    """The open subscriptions of one field (`app.state.alert_feed.subscriber_count`)."""
-
-    def __init__(self, live: LiveUpdates, field: str) -> None:
-        self._live = live
-        self._field = field
-
-    @property
-    def subscriber_count(self) -> int:
-        return self._live.broadcaster.members_of(self._field)
-
-
 def create_app(
     settings: Settings,
     *,
@@ -378,11 +366,8 @@ def create_app(
             # One bus over one LISTEN connection feeds every subscription (api/live/).
             live = LiveUpdates(active, queue_size=settings.subscriber_queue_size)
             await live.start(listen_timeout=HUB_LISTEN_TIMEOUT_SECONDS)
-            # Tests and operators find the process's live path here (subscriber count, listening).
-            app.state.live = app.state.hub = live
-            app.state.broadcaster = live.broadcaster
-            app.state.alert_feed = _FeedCount(live, "budgetAlerts")
-            app.state.approval_feed = _FeedCount(live, "toolApprovals")
+            # Tests find the process's live path here (subscriber counts, listening).
+            app.state.live = live
             sessions = SessionRegistry(
                 active,
                 interval_seconds=settings.session_check_seconds,

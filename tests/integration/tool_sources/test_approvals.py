@@ -360,7 +360,6 @@ async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
     agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
     owner = int(agent["user_id"])
     stranger = (await factories.user())["id"]
-    feed = server.app.state.approval_feed
     fake_openai.enqueue(
         tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
         text_reply("done"),
@@ -374,7 +373,7 @@ async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
             await ws.subscribe("a", LIVE)
 
         async def subscribed() -> bool:
-            return bool(feed.subscriber_count == 3)
+            return server.subscribers_of("toolApprovals") == 3
 
         await eventually(subscribed, what="three approval subscribers")
         run_id = await gql.start(agent["id"], as_user=owner)

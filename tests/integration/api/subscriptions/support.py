@@ -56,8 +56,11 @@ class Server:
 
     @property
     def broadcaster(self) -> Broadcaster:
-        broadcaster: Broadcaster = self.app.state.broadcaster
-        return broadcaster
+        return self.hub.broadcaster
+
+    def subscribers_of(self, field: str) -> int:
+        """Open subscriptions of one field (e.g. "budgetAlerts")."""
+        return self.hub.broadcaster.members_of(field)
 
     @property
     def subscriber_count(self) -> int:

@@ -37,10 +37,9 @@ ADMIN_ALERTS = """query Alerts($owner: ID) {
 
 
 async def wait_alert_subscribers(server: Server, count: int, within: float = 10.0) -> None:
-    feed = server.app.state.alert_feed
     deadline = time.monotonic() + within
-    while feed.subscriber_count != count:
-        assert time.monotonic() < deadline, f"{feed.subscriber_count} alert subscribers"
+    while server.subscribers_of("budgetAlerts") != count:
+        assert time.monotonic() < deadline, f"{server.subscribers_of('budgetAlerts')} subscribers"
         await asyncio.sleep(0.02)
 
 
