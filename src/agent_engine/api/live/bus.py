@@ -73,7 +73,6 @@ class ApprovalChange:
 
     id: int
     owner_id: int
-    agent_id: None = None
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,6 @@ class RunChange:
     @property
     def state(self) -> str:
         return str(self.run["state"])
-
-    @property
-    def agent_id(self) -> int:
-        return int(self.run["agent_id"])
 
 
 @dataclass(frozen=True)
@@ -418,10 +413,11 @@ class LiveBus:
             ApprovalChange(id=int(payload["id"]), owner_id=int(payload["owner_id"])),
         )
 
-    def publish(self, topic: Topic, event: Any) -> None:
-        """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it."""
+    def publish(self, topic: Topic, event: Any, *, agent_id: int | None = None) -> None:
+        """Offer `event` (with its `owner_id`) to the subscriptions of `topic` that may see it;
+        `agent_id`: the event's agent, for subscriptions to one agent's events (runs)."""
         for subscription in self._index[topic].audience(event.owner_id):
-            if subscription.agent_id is not None and subscription.agent_id != event.agent_id:
+            if subscription.agent_id is not None and subscription.agent_id != agent_id:
                 continue
             if not subscription.queue.offer(event):  # it fell behind: out of the index
                 self._remove(subscription)
@@ -468,6 +464,7 @@ class LiveBus:
                     previous_state=note.get("previous_state"),
                     owner_id=note["owner_id"],
                 ),
+                agent_id=note["agent_id"],
             )
 
 

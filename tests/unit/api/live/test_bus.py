@@ -83,6 +83,20 @@ async def test_nobody_listening_reads_nothing(bus: LiveBus, store: MemoryStore) 
     assert store.reads == [("runs", 2)]
 
 
+async def test_a_subscription_to_one_agent_sees_only_that_agents_runs(
+    bus: LiveBus, store: MemoryStore
+) -> None:
+    store.run(1, owner_id=7, agent_id=107, state="queued")
+    store.run(2, owner_id=7, agent_id=108, state="queued")
+    one_agent = bus.subscribe(Topic.RUNS, owner_id=7, agent_id=108)
+    every_agent = bus.subscribe(Topic.RUNS, owner_id=7)
+    bus.notify(RUNS_CHANNEL, run_note(1, 7, "queued"))  # agent 107 (run_note: 100 + owner)
+    note = json.loads(run_note(2, 7, "queued"))
+    bus.notify(RUNS_CHANNEL, json.dumps({**note, "agent_id": 108}))
+    assert [e.run["id"] for e in await take(every_agent)] == [1, 2]
+    assert [e.run["id"] for e in await take(one_agent)] == [2]
+
+
 async def test_an_alert_reaches_its_owner_and_the_admins_without_a_read(
     bus: LiveBus, store: MemoryStore
 ) -> None:
