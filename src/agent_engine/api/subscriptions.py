@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import strawberry
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.api.access import is_owner, visible_agent, visible_run
 from agent_engine.api.context import Context
@@ -46,7 +45,6 @@ from agent_engine.db.alerts import BudgetAlertRow
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.domain.runs import TERMINAL_STATES, RunState
-from agent_engine.runs.budget import owner_budget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -84,8 +82,9 @@ def _run_event(event: RunChange, context: Context) -> RunEvent:
     )
 
 
-def budget_feed(bus: LiveBus, owner_id: int, engine: AsyncEngine) -> Feed:
-    """The owner's budget after each of their runs finishes."""
+def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
+    """The owner's budget after each of their runs finishes (the loaders' read: one per burst of
+    events and group, as `viewer { budget }` reads it)."""
 
     def open_source(queue_size: int | None, counted: bool) -> BusSubscription[RunChange]:
         return bus.subscribe(Topic.RUNS, owner_id=owner_id, queue_size=queue_size, counted=counted)
@@ -93,8 +92,7 @@ def budget_feed(bus: LiveBus, owner_id: int, engine: AsyncEngine) -> Feed:
     async def budget(event: RunChange, context: Context) -> Any:
         if event.state not in TERMINAL_STATES:
             return SKIP
-        async with engine.connect() as conn:
-            value = await owner_budget(conn, owner_id, now=context.now)
+        value = await context.loaders.budget.load(owner_id)
         return Budget.from_value(value, owner_id=owner_id)
 
     return Feed(("budget", owner_id), open_source, budget)
@@ -133,7 +131,7 @@ def run_steps_feed(bus: LiveBus, run_id: int, owner_id: int) -> Feed:
     return Feed(("runSteps", run_id), open_source, step, replay=replay, shown_as=shown_as)
 
 
-def tool_approvals_feed(bus: LiveBus, owner_id: int | None, engine: AsyncEngine) -> Feed:
+def tool_approvals_feed(bus: LiveBus, owner_id: int | None) -> Feed:
     """Approvals as they are requested, decided, expire or are cancelled: `owner_id`'s (None:
     every owner's). One read of the approval per event and group; inputs only in the owner's
     group (the type's resolver)."""
@@ -144,7 +142,7 @@ def tool_approvals_feed(bus: LiveBus, owner_id: int | None, engine: AsyncEngine)
         )
 
     async def approval(event: ApprovalChange, context: Context) -> Any:
-        async with engine.connect() as conn:
+        async with context.loaders.connection() as conn:
             row = await approvals_db.fetch(conn, event.id)
         return SKIP if row is None else ToolApproval.from_row(row)
 
@@ -177,9 +175,7 @@ class Subscription:
     async def budget(self, info: Info) -> AsyncIterator[Budget]:
         viewer = info.context.require_viewer()
         live = _live(info)
-        return shared_stream(
-            info, budget_feed(live.bus, viewer.user_id, live.engine), live.broadcaster
-        )
+        return shared_stream(info, budget_feed(live.bus, viewer.user_id), live.broadcaster)
 
     @described_subscription(
         description=(
@@ -202,9 +198,7 @@ class Subscription:
         viewer = info.context.require_viewer()
         live = _live(info)
         owner = None if viewer.is_admin else viewer.user_id
-        return shared_stream(
-            info, tool_approvals_feed(live.bus, owner, live.engine), live.broadcaster
-        )
+        return shared_stream(info, tool_approvals_feed(live.bus, owner), live.broadcaster)
 
     @described_subscription(
         description=(
