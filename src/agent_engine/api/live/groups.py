@@ -158,7 +158,8 @@ class Group:
         jobs: list[_Job] = []
         for event in batch:
             owners = self.by_user.get(event.owner_id) if self.audience.is_admin else None
-            jobs.append((event, self.audience, self._execute(event, self.audience)))
+            if not owners or len(owners) < len(self.members):  # a member who does not own it
+                jobs.append((event, self.audience, self._execute(event, self.audience)))
             if owners:  # an admin watching everyone owns this run: the owner's payload for them
                 own = Audience(event.owner_id, True)
                 jobs.append((event, own, self._execute(event, own)))

@@ -246,6 +246,21 @@ async def test_audiences_get_their_own_groups_and_an_admin_owner_their_own_paylo
     await until(lambda: broadcaster.group_count == 0)
 
 
+async def test_an_event_only_its_owner_receives_is_executed_for_the_owner_alone(
+    engine: AsyncEngine, settings: Settings, sources: Sources, broadcaster: Broadcaster
+) -> None:
+    admin_owner = Socket()
+    subscribe(engine, settings, broadcaster, admin(9), admin_owner)
+    await until(lambda: broadcaster.member_count == 1)
+    sources.emit(Event(owner_id=9, number=1))  # the admins' group holds only its owner
+    await until(lambda: len(admin_owner.frames) == 1)
+    assert '"viewerId":9' in admin_owner.frames[0]
+    assert sources.payloads == 1  # no admins' payload for nobody
+    assert admin_owner.task is not None
+    admin_owner.task.cancel()
+    await until(lambda: broadcaster.group_count == 0)
+
+
 async def test_a_stuck_member_is_told_it_fell_behind_and_the_others_go_on(
     engine: AsyncEngine, settings: Settings, sources: Sources, broadcaster: Broadcaster
 ) -> None:
