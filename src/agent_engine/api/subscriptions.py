@@ -28,7 +28,6 @@ from agent_engine.api.live import (
     ApprovalChange,
     Feed,
     LiveBus,
-    LiveUpdates,
     RunChange,
     StepEvent,
     SubscriberTooSlow,
@@ -37,7 +36,7 @@ from agent_engine.api.live import (
 )
 from agent_engine.api.live import Subscription as BusSubscription
 from agent_engine.api.resolvers import Info
-from agent_engine.api.state import state_of
+from agent_engine.api.state import services
 from agent_engine.api.types.agents import Run, RunEvent, RunStep, ToolApproval
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.db import approvals as approvals_db
@@ -53,11 +52,6 @@ def described_subscription(description: str) -> Callable[[F], F]:
     """`@described_subscription(description=…)` with its type kept."""
     decorator: Callable[[F], F] = strawberry.subscription(description=description)
     return decorator
-
-
-def _live(info: Info) -> LiveUpdates:
-    """The process's live path, from the lifespan state (not the per-operation context)."""
-    return state_of(info.context.request)["live"]
 
 
 def run_events_feed(bus: LiveBus, owner_id: int | None, agent_id: int | None) -> Feed:
@@ -166,7 +160,7 @@ class Subscription:
             agent = (await visible_agent(info, parse_id(agent_id, "agentId"))).id
         # Owners see their own agents' runs; admins everyone's (also for a given agent).
         owner = None if viewer.is_admin else viewer.user_id
-        live = _live(info)
+        live = services(info)["live"]
         return shared_stream(info, run_events_feed(live.bus, owner, agent), live.broadcaster)
 
     @described_subscription(
@@ -174,7 +168,7 @@ class Subscription:
     )
     async def budget(self, info: Info) -> AsyncIterator[Budget]:
         viewer = info.context.require_viewer()
-        live = _live(info)
+        live = services(info)["live"]
         return shared_stream(info, budget_feed(live.bus, viewer.user_id), live.broadcaster)
 
     @described_subscription(
@@ -184,7 +178,7 @@ class Subscription:
     )
     async def budget_alerts(self, info: Info) -> AsyncIterator[BudgetAlert]:
         viewer = info.context.require_viewer()
-        live = _live(info)
+        live = services(info)["live"]
         owner = None if viewer.is_admin else viewer.user_id
         return shared_stream(info, budget_alerts_feed(live.bus, owner), live.broadcaster)
 
@@ -196,7 +190,7 @@ class Subscription:
     )
     async def tool_approvals(self, info: Info) -> AsyncIterator[ToolApproval]:
         viewer = info.context.require_viewer()
-        live = _live(info)
+        live = services(info)["live"]
         owner = None if viewer.is_admin else viewer.user_id
         return shared_stream(info, tool_approvals_feed(live.bus, owner), live.broadcaster)
 
@@ -210,7 +204,7 @@ class Subscription:
         info.context.require_viewer()
         ident = parse_id(run_id, "runId")
         _, owner_id = await visible_run(info, ident)  # NOT_FOUND before anything is read
-        live = _live(info)
+        live = services(info)["live"]
         return shared_stream(info, run_steps_feed(live.bus, ident, owner_id), live.broadcaster)
 
 
