@@ -87,7 +87,9 @@ async def test_other_owners_see_nothing_admins_see_everything(
         "skipped",
         "already_running",
     )
-    await asyncio.sleep(0.3)
+    # A witness: the stranger's own run, committed later, is the first thing they see.
+    theirs = await factories.run((await factories.agent(stranger["id"]))["id"], state="queued")
+    assert (await other.next()).run["id"] == theirs["id"]
     assert other.empty
 
 
