@@ -1,7 +1,8 @@
 """Live updates: the path from a NOTIFY to a socket, one system for every subscription.
 
     PostgreSQL trigger --NOTIFY--> PostgresSource (postgres.py, the one LISTEN of db/listen.py)
-      --> LiveBus (bus.py): topic `runs` (a burst loaded once), `alerts` (no read), `steps`
+      --> LiveBus (bus.py): topic `runs` (a burst loaded once), `alerts` (no read), `approvals`
+          (ids: the feed reads the row), `steps`
           (one StepReader per watched run: one read per change) -- AudienceIndex (audience.py)
           picks the subscriptions that may see the event, each a BoundedQueue (queue.py)
       --> a group's Subscription (groups.py): executed once per event and (document, variables,
@@ -14,7 +15,7 @@ Every subscription field is a `Feed` (feeds.py) on the bus: `runEvents`, `budget
 joined). One overflow
 rule: a queue that would exceed its bound ends with SUBSCRIBER_TOO_SLOW (queue.py).
 
-Adding a feed (e.g. `toolApprovals`): (1) a `Topic` and a channel decoder in `bus.py` that turns
+Adding a feed (as `toolApprovals` was): (1) a `Topic` and a channel decoder in `bus.py` that turns
 the NOTIFY payload into an event with an `owner_id` (publish it with `LiveBus.publish`, or load
 rows first as `runs` does); (2) in `api/subscriptions.py` a `Feed(key, open, payload)` whose
 `open` is `live.bus.subscribe(Topic.X, owner_id=…)`, and a resolver that checks the viewer and

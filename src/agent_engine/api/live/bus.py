@@ -6,6 +6,8 @@ Topics (`Topic`):
   (`Store.load_runs`), only for runs somebody here may see, and each subscriber gets the row as
   it was at *its* transition (`RunChange`: the event's state, later fields blanked).
 - `alerts` -- a budget alert was recorded; the NOTIFY carries the whole row: no read.
+- `approvals` -- a tool approval was written; the NOTIFY carries its id and owner
+  (`ApprovalChange`), and the `toolApprovals` feed reads the row (once per event and group).
 - `steps` -- one run's transcript changed. Per watched run there is one `StepReader`: a change
   wakes it, it reads the run's changed steps once (`Store.steps_since`) and hands the rows to
   every watcher of the run -- one read per change per api process, whatever the number of
@@ -17,8 +19,8 @@ holds is a `BoundedQueue` (overflow ends it with SUBSCRIBER_TOO_SLOW). The bus d
 PostgreSQL: the notifications come from `PostgresSource` (`live/postgres.py`, the one LISTEN
 connection of `db/listen.py`) or, in tests, from a test calling `notify` with an in-memory `Store`.
 
-A new topic (e.g. tool approvals): a name in `Topic`, a channel in `CHANNELS` whose decoder
-returns the event (with its `owner_id`), and a `Feed` in `api/subscriptions.py`.
+A new topic (as `approvals` was added): a name in `Topic`, a channel in `CHANNELS` whose decoder
+publishes the event (with its `owner_id`), and a `Feed` in `api/subscriptions.py`.
 """
 
 from __future__ import annotations

@@ -63,10 +63,6 @@ class Member:
     def end(self, error: Exception | None = None) -> None:
         self.queue.end(error)
 
-    @property
-    def closed(self) -> bool:
-        return self.queue.closed
-
     async def take(self) -> list[Any]:
         """Everything queued (waiting for at least one); raises when the member ended."""
         return await self.queue.take()
