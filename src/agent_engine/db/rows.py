@@ -1,5 +1,5 @@
 """What the typed rows' `from_row` constructors take: a Core row, its mapping, or a plain dict
-(the event hub's rows come from asyncpg as dicts)."""
+(the live bus's rows come from asyncpg as dicts)."""
 
 from __future__ import annotations
 

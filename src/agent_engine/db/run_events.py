@@ -1,6 +1,6 @@
 """What the live streams read when woken: the runs named by a burst of run-event notifications
-(on the event hub's own asyncpg connection) and a run's steps since a runSteps subscriber last
-looked."""
+(on the live bus's own asyncpg connection, `api/live/postgres.py`) and a run's steps since a
+runSteps subscriber last looked."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-# asyncpg's own placeholders: the hub's loader is a plain asyncpg connection, not the pool's.
+# asyncpg's own placeholders: the live bus's loader is a plain asyncpg connection, not the pool's.
 RUNS_BY_ID = "SELECT * FROM agent_runs WHERE id = ANY($1::bigint[])"
 # The run's state and its steps from `from_index` on, in one read (one row with NULL step columns
 # when there are none; no row when the run is gone).
