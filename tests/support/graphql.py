@@ -9,6 +9,7 @@ Who is asking is said the same way everywhere, by keyword:
 
 `post` returns the response; `body` asserts HTTP 200 and returns the JSON (and, with
 `no_internal`, that no error is INTERNAL); `data` asserts there are no errors and returns `data`.
+`codes`, `error` and `error_code` read a body's errors.
 
 `websocket(url)` opens a graphql-transport-ws connection, `GraphQLWs` speaks it message by message.
 """
@@ -47,6 +48,20 @@ def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: An
 def codes(body: dict[str, Any]) -> list[str | None]:
     """The `extensions.code` of every error of a response body."""
     return [(e.get("extensions") or {}).get("code") for e in body.get("errors") or []]
+
+
+def error(body: dict[str, Any]) -> dict[str, Any]:
+    """The one error of a response body (it must have exactly one)."""
+    errors = body.get("errors") or []
+    assert len(errors) == 1, body
+    first: dict[str, Any] = errors[0]
+    return first
+
+
+def error_code(body: dict[str, Any]) -> str | None:
+    """The `extensions.code` of the one error of a response body."""
+    code: str | None = (error(body).get("extensions") or {}).get("code")
+    return code
 
 
 @dataclass
