@@ -13,7 +13,7 @@ __all__ = ["CANCEL", "RUN", "START", "Gql", "error_code"]
 RUN = """
 query Run($id: ID!) {
   run(id: $id) {
-    id state reason error output tokensUsed promptTokens completionTokens
+    id state reason error output tokensUsed promptTokens completionTokens cost
     steps { index kind name input output error promptTokens completionTokens startedAt finishedAt }
     deliveries { status webhookId attempts lastStatusCode lastError deliveredAt
                  target { id name url secretEnv enabled } }
