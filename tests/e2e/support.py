@@ -68,7 +68,6 @@ PROCESS_START_SECONDS = 40.0
 PROCESS_STOP_SECONDS = 15.0
 # A user notices a refusal that takes longer than this.
 QUICK_SECONDS = 2.0
-TERMINAL_STATES = ("succeeded", "failed", "skipped")
 
 # Short timings, so crashes are noticed within seconds (the defaults are 30 s / 90 s,
 # docs/architecture.md §4.5).
