@@ -151,6 +151,14 @@ class GraphQLWs:
         self.connection = connection
         self._pending: list[dict[str, Any]] = []
 
+    async def _next_message(self) -> dict[str, Any]:
+        """The next message from the server; pings are answered, never returned."""
+        while True:
+            message: dict[str, Any] = json.loads(await self.connection.recv())
+            if message.get("type") != "ping":
+                return message
+            await self.send({"type": "pong"})
+
     async def send(self, message: dict[str, Any]) -> None:
         await self.connection.send(json.dumps(message))
 
@@ -175,12 +183,7 @@ class GraphQLWs:
         if self._pending:
             return self._pending.pop(0)
         async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                    continue
-                return message
+            return await self._next_message()
 
     async def message_for(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
         """The next message of operation `id`; others are kept for later."""
@@ -188,14 +191,9 @@ class GraphQLWs:
             if message.get("id") == id:
                 return self._pending.pop(index)
         async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                elif message.get("id") == id:
-                    return message
-                else:
-                    self._pending.append(message)
+            while (message := await self._next_message()).get("id") != id:
+                self._pending.append(message)
+            return message
 
     async def next_data(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
         message = await self.message_for(id, within)
@@ -226,11 +224,15 @@ class GraphQLWs:
         raise AssertionError(f"unexpected message: {message!r}")
 
 
+def ws_url(url: str) -> str:
+    """The GraphQL WebSocket endpoint of the server at the http:// base URL `url`."""
+    return url.replace("http://", "ws://", 1) + "/graphql"
+
+
 @asynccontextmanager
 async def websocket(
     url: str, *, subprotocol: Subprotocol = TRANSPORT_WS
 ) -> AsyncIterator[GraphQLWs]:
     """A WebSocket to `url`/graphql (`url`: the server's http:// base URL)."""
-    ws_url = url.replace("http://", "ws://", 1) + "/graphql"
-    async with connect(ws_url, subprotocols=[subprotocol], proxy=None) as connection:
+    async with connect(ws_url(url), subprotocols=[subprotocol], proxy=None) as connection:
         yield GraphQLWs(connection)
