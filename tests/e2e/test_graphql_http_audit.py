@@ -8,14 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from agent_engine.api.auth import mint_token
 from agent_engine.settings import Settings
 from tests.integration.api.support import Clock, running_server
+from tests.support.graphql import token
 
 NODE_DIR = Path(__file__).parent / "node"
 AUDIT_SCRIPT = NODE_DIR / "graphql_http_audit.mjs"
@@ -34,14 +33,11 @@ def _node() -> str:
 
 def test_the_graphql_http_audit_passes_without_errors_or_warnings(settings: Settings) -> None:
     node = _node()
-    token = mint_token(
-        settings.jwt_secret or "", user_id=AUDIT_USER, admin=False, ttl=timedelta(hours=1)
-    )
     with running_server(settings, Clock()) as url:
         done = subprocess.run(
             [node, str(AUDIT_SCRIPT), f"{url}/graphql"],
             cwd=NODE_DIR,
-            env={**os.environ, "AGENT_ENGINE_AUDIT_TOKEN": token},
+            env={**os.environ, "AGENT_ENGINE_AUDIT_TOKEN": token(settings, AUDIT_USER)},
             capture_output=True,
             text=True,
             timeout=120,

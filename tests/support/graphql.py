@@ -9,6 +9,7 @@ Who is asking is said the same way everywhere, by keyword:
 
 `post` returns the response; `body` asserts HTTP 200 and returns the JSON (and, with
 `no_internal`, that no error is INTERNAL); `data` asserts there are no errors and returns `data`.
+`codes`, `error` and `error_code` read a body's errors.
 
 `websocket(url)` opens a graphql-transport-ws connection, `GraphQLWs` speaks it message by message.
 """
@@ -47,6 +48,20 @@ def token(settings: Settings, user_id: int, *, admin: bool = False, **claims: An
 def codes(body: dict[str, Any]) -> list[str | None]:
     """The `extensions.code` of every error of a response body."""
     return [(e.get("extensions") or {}).get("code") for e in body.get("errors") or []]
+
+
+def error(body: dict[str, Any]) -> dict[str, Any]:
+    """The one error of a response body (it must have exactly one)."""
+    errors = body.get("errors") or []
+    assert len(errors) == 1, body
+    first: dict[str, Any] = errors[0]
+    return first
+
+
+def error_code(body: dict[str, Any]) -> str | None:
+    """The `extensions.code` of the one error of a response body."""
+    code: str | None = (error(body).get("extensions") or {}).get("code")
+    return code
 
 
 @dataclass
@@ -136,6 +151,14 @@ class GraphQLWs:
         self.connection = connection
         self._pending: list[dict[str, Any]] = []
 
+    async def _next_message(self) -> dict[str, Any]:
+        """The next message from the server; pings are answered, never returned."""
+        while True:
+            message: dict[str, Any] = json.loads(await self.connection.recv())
+            if message.get("type") != "ping":
+                return message
+            await self.send({"type": "pong"})
+
     async def send(self, message: dict[str, Any]) -> None:
         await self.connection.send(json.dumps(message))
 
@@ -160,12 +183,7 @@ class GraphQLWs:
         if self._pending:
             return self._pending.pop(0)
         async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                    continue
-                return message
+            return await self._next_message()
 
     async def message_for(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
         """The next message of operation `id`; others are kept for later."""
@@ -173,14 +191,9 @@ class GraphQLWs:
             if message.get("id") == id:
                 return self._pending.pop(index)
         async with asyncio.timeout(within):
-            while True:
-                message: dict[str, Any] = json.loads(await self.connection.recv())
-                if message.get("type") == "ping":
-                    await self.send({"type": "pong"})
-                elif message.get("id") == id:
-                    return message
-                else:
-                    self._pending.append(message)
+            while (message := await self._next_message()).get("id") != id:
+                self._pending.append(message)
+            return message
 
     async def next_data(self, id: str, within: float = EVENT_TIMEOUT_SECONDS) -> dict[str, Any]:
         message = await self.message_for(id, within)
@@ -211,11 +224,15 @@ class GraphQLWs:
         raise AssertionError(f"unexpected message: {message!r}")
 
 
+def ws_url(url: str) -> str:
+    """The GraphQL WebSocket endpoint of the server at the http:// base URL `url`."""
+    return url.replace("http://", "ws://", 1) + "/graphql"
+
+
 @asynccontextmanager
 async def websocket(
     url: str, *, subprotocol: Subprotocol = TRANSPORT_WS
 ) -> AsyncIterator[GraphQLWs]:
     """A WebSocket to `url`/graphql (`url`: the server's http:// base URL)."""
-    ws_url = url.replace("http://", "ws://", 1) + "/graphql"
-    async with connect(ws_url, subprotocols=[subprotocol], proxy=None) as connection:
+    async with connect(ws_url(url), subprotocols=[subprotocol], proxy=None) as connection:
         yield GraphQLWs(connection)

@@ -48,7 +48,10 @@ def test_the_image_installs_without_the_extra_and_not_editable() -> None:
     for line in installs:
         assert " -e " not in line and "--editable" not in line, line
         assert "embedded" not in line, line
-    assert re.search(r"^USER \S+", dockerfile, re.M), "the image runs as a non-root user"
+    users = re.findall(r"^USER (\S+)", dockerfile, re.M)
+    assert users, "the image runs as a non-root user"
+    # The last USER is the one the image runs as: neither root's name nor uid 0.
+    assert users[-1].split(":")[0] not in ("root", "0"), users[-1]
 
 
 def _run_blocked(

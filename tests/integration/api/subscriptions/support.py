@@ -22,6 +22,7 @@ from tests.support.graphql import (
     GraphQLWs,
     token,
     websocket,
+    ws_url,
 )
 
 __all__ = ["EVENT_TIMEOUT_SECONDS", "LEGACY_WS", "TRANSPORT_WS", "GraphQLWs", "token"]
@@ -46,7 +47,7 @@ class Server:
 
     @property
     def ws_url(self) -> str:
-        return self.url.replace("http://", "ws://", 1) + "/graphql"
+        return ws_url(self.url)
 
     @property
     def hub(self) -> LiveUpdates:

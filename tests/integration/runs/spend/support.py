@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.runs.support import FAKE_KEY_ENV, eventually
-from tests.integration.runs.transcript.support import Gql
+from tests.integration.runs.support import FAKE_KEY_ENV
+from tests.integration.runs.transcript.support import START, Gql
 
 ADMIN_ID = 1
 
@@ -16,11 +16,6 @@ mutation Upsert($input: AgentModelInput!) {
 }"""
 CREATE_AGENT = """
 mutation Create($input: CreateAgentInput!) { createAgent(input: $input) { id } }"""
-START_RUN = "mutation Start($id: ID!) { startRun(agentId: $id) { id state } }"
-RUN = """
-query Run($id: ID!) {
-  run(id: $id) { id state tokensUsed promptTokens completionTokens cost }
-}"""
 SETTINGS = """
 mutation Settings($input: PlatformSettingsInput!) {
   updatePlatformSettings(input: $input) { weeklyTokenCap currency budgetAlertPercents }
@@ -59,20 +54,11 @@ async def create_agent(gql: Gql, owner: int, model_id: str, name: str = "Digest"
 
 
 async def start_run(gql: Gql, owner: int, agent_id: str) -> str:
-    data = await gql.data(START_RUN, {"id": agent_id}, as_user=owner)
+    data = await gql.data(START, {"id": agent_id}, as_user=owner)
     assert data["startRun"]["state"] == "QUEUED", data
     run_id: str = data["startRun"]["id"]
     return run_id
 
 
-async def finished_run(gql: Gql, owner: int, run_id: str) -> dict[str, Any]:
-    async def finished() -> dict[str, Any] | None:
-        run: dict[str, Any] = (await gql.data(RUN, {"id": run_id}, as_user=owner))["run"]
-        return run if run["state"] in ("SUCCEEDED", "FAILED", "SKIPPED") else None
-
-    found: dict[str, Any] = await eventually(finished, what=f"run {run_id} to finish")
-    return found
-
-
 async def run_to_the_end(gql: Gql, owner: int, agent_id: str) -> dict[str, Any]:
-    return await finished_run(gql, owner, await start_run(gql, owner, agent_id))
+    return await gql.finished_run(await start_run(gql, owner, agent_id), as_user=owner)

@@ -17,7 +17,6 @@ from tests.integration.runs.spend.support import (
     SETTINGS,
     create_agent,
     fake_model,
-    finished_run,
     run_to_the_end,
     start_run,
 )
@@ -75,7 +74,7 @@ async def test_racing_runs_record_each_threshold_once_and_it_is_seen_live(
             await ws.subscribe("a", ALERTS)
         await wait_alert_subscribers(server, 3)
         runs = await asyncio.gather(*(start_run(gql, OWNER, agent) for agent in agents))
-        finished = await asyncio.gather(*(finished_run(gql, OWNER, run) for run in runs))
+        finished = await asyncio.gather(*(gql.finished_run(run, as_user=OWNER) for run in runs))
         seen_by_owner = await alerts_received(owner_ws, 2)
         seen_by_admin = await alerts_received(admin_ws, 2)
         await owner_ws.nothing_for(QUIET_SECONDS)

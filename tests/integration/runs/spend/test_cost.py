@@ -11,7 +11,6 @@ from tests.integration.runs.spend.support import (
     UPSERT_MODEL,
     create_agent,
     fake_model,
-    finished_run,
     model_input,
     run_to_the_end,
 )
@@ -50,7 +49,7 @@ async def test_a_run_costs_its_token_split_at_the_prices_of_its_finish(
     fake_openai.enqueue(text_reply("One change.", prompt_tokens=7, completion_tokens=3))
     second = await run_to_the_end(gql, OWNER, agent)
 
-    again = await finished_run(gql, OWNER, first["id"])
+    again = await gql.finished_run(first["id"], as_user=OWNER)
     assert again["cost"] == "0.0000285"
     assert second["cost"] == "0.000718"  # 7 x 100 + 3 x 6 (the output price was left unchanged)
     budget = (await gql.data(BUDGET_COST, as_user=OWNER))["viewer"]["budget"]

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.integration.runs.support import eventually
-from tests.support.graphql import GraphQL
+from tests.support.graphql import GraphQL, error_code
+
+__all__ = ["CANCEL", "RUN", "START", "Gql", "error_code"]
 
 RUN = """
 query Run($id: ID!) {
   run(id: $id) {
-    id state reason error output tokensUsed promptTokens completionTokens
+    id state reason error output tokensUsed promptTokens completionTokens cost
     steps { index kind name input output error promptTokens completionTokens startedAt finishedAt }
     deliveries { status webhookId attempts lastStatusCode lastError deliveredAt
                  target { id name url secretEnv enabled } }
@@ -47,10 +49,3 @@ class Gql(GraphQL):
 
         found: dict[str, Any] = await eventually(done, within=within, what=f"run {run_id} to end")
         return found
-
-
-def error_code(body: dict[str, Any]) -> str | None:
-    errors = body.get("errors") or []
-    assert len(errors) == 1, body
-    code: str | None = errors[0].get("extensions", {}).get("code")
-    return code
