@@ -1,6 +1,6 @@
-"""docker-compose.yml runs every role, ships no JWT secret, and its monitoring profile mounts
-what deploy/ has. (That its command lines parse with the CLI is tests/unit/test_deploy_drift.py's
-check, for the manifests and the Dockerfile alike.)"""
+"""docker-compose.yml runs every role with commands the CLI has, ships no JWT secret, and its
+monitoring profile mounts what deploy/ has. (tests/unit/test_deploy_drift.py parses the same
+command lines strictly, for the manifests and the Dockerfile alike.)"""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import typer.main
 import yaml
 
 from agent_engine.cli import app
@@ -35,6 +36,16 @@ def test_compose_has_every_role() -> None:
     assert {"migrate", "api", "worker", "clock"} <= set(commands)
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     assert {"postgres", "redis"} <= set(compose["services"])
+
+
+@pytest.mark.parametrize(("service", "argv"), sorted(_compose_commands().items()))
+def test_compose_command_exists_in_the_cli(service: str, argv: list[str]) -> None:
+    root = typer.main.get_command(app)
+    with root.make_context("agent-engine", [argv[0], "--help"], resilient_parsing=True) as ctx:
+        command = root.get_command(ctx, argv[0])  # type: ignore[attr-defined]
+        assert command is not None, f"{service}: `agent-engine {argv[0]}` does not exist"
+        # Parsing validates every option and argument without running the command.
+        command.make_context(argv[0], list(argv[1:]), parent=ctx)
 
 
 @pytest.mark.parametrize(
