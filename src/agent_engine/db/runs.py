@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.rows import AnyRow, columns
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
+from agent_engine.db.spend import WEEK_RUNS_OF_OWNERS
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
 
 
@@ -217,7 +218,7 @@ START = text(
 # The claim of the common case in one statement (autocommit, no BEGIN/COMMIT): queued → running
 # with its first step, when the gate is open, the model has no concurrency limit, the platform
 # settings are the ones the caller expects (`:platform`, from which it computed `:cap` and the
-# budget week `:week_start`/`:week_end`) and the owner's week is under the cap. Otherwise nothing
+# budget week `:start`/`:end`) and the owner's week is under the cap. Otherwise nothing
 # is written and the caller claims in a transaction (`CLAIM_READ` …), which settles every other
 # case.
 # The row comes back either way (`CLAIM_READ`'s), with `started` saying whether this statement
@@ -229,9 +230,10 @@ CLAIM_AT_ONCE = text(
     " AND c.enabled AND NOT c.admin_paused AND c.has_model AND c.max_concurrent_runs IS NULL"
     " AND c.platform = CAST(:platform AS jsonb)"
     " AND CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
-    "   (SELECT COALESCE(SUM(w.tokens_used), 0) FROM agents o JOIN agent_runs w"
-    "    ON w.agent_id = o.id WHERE o.user_id = c.owner_id"
-    "    AND w.finished_at >= :week_start AND w.finished_at < :week_end) < CAST(:cap AS bigint)"
+    "   (SELECT COALESCE(SUM(r.tokens_used), 0)"
+    + WEEK_RUNS_OF_OWNERS
+    + " AND a.user_id = c.owner_id)"
+    "   < CAST(:cap AS bigint)"
     " END RETURNING agent_runs.id, c.model),"
     " first_step AS (" + FIRST_STEP_INSERT + ")"
     " SELECT c.*, EXISTS (SELECT 1 FROM started) AS started FROM c"

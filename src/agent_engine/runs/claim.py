@@ -113,8 +113,8 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
                     "run_id": run_id,
                     "platform": seen.stored,
                     "cap": cap,
-                    "week_start": week.start,
-                    "week_end": week.end,
+                    "start": week.start,
+                    "end": week.end,
                     "now": utc_now(),
                 },
             )
