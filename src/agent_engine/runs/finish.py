@@ -138,7 +138,11 @@ async def finish(
     # took the week across are recorded, once each (see runs/alerts.py for why this is race-safe
     # after the commit). Never raises.
     await record_alerts_after_finish(
-        engine, run_id, now=datetime.now(UTC), owner_and_settings=finished
+        engine,
+        run_id,
+        now=datetime.now(UTC),
+        owner_id=finished.owner_id,
+        platform=finished.platform,
     )
     return state
 
