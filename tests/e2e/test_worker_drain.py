@@ -34,8 +34,30 @@ WORKER = agent_engine_command("worker", "--threads", "2")
 EXIT_WITHIN_SECONDS = 60
 
 
-async def _running(engine: AsyncEngine, run_id: int) -> bool:
-    return bool((await run_row(engine, run_id))["state"] == "running")
+async def _request(engine: AsyncEngine, agent_id: int) -> int:
+    """A manual run of the agent, its execute message sent; its id."""
+    run = await request_run(
+        engine, agent_id, trigger=RunTrigger.MANUAL, now=datetime.now(UTC), enqueue=enqueue_execute
+    )
+    return run.id
+
+
+async def _sigterm_mid_run(
+    engine: AsyncEngine, settings: Settings, agent_id: int, tmp_path: Path, *, drain_seconds: float
+) -> int:
+    """A worker process with this drain takes a run of the agent and gets SIGTERM while the run is
+    in flight; the worker exits cleanly within the limit. The run's id."""
+    env = settings_env(settings, worker_drain_seconds=drain_seconds)
+    with processes([WORKER], env=env, log_dir=tmp_path) as (worker,):
+        run_id = await _request(engine, agent_id)
+
+        async def running() -> bool:
+            return bool((await run_row(engine, run_id))["state"] == "running")
+
+        await eventually(running, what="the run to be in flight")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(EXIT_WITHIN_SECONDS) == 0
+    return run_id
 
 
 async def test_a_run_that_ends_within_the_drain_finishes_after_sigterm(
@@ -49,19 +71,8 @@ async def test_a_run_that_ends_within_the_drain_finishes_after_sigterm(
     agent = await fake_agent()
     # Longer than the default drain (20 s): only the configured one lets it finish.
     fake_openai.enqueue(text_reply("Finished while draining.", delay_seconds=22))
-    env = settings_env(settings, worker_drain_seconds=45)
-    with processes([WORKER], env=env, log_dir=tmp_path) as (worker,):
-        run = await request_run(
-            engine,
-            agent["id"],
-            trigger=RunTrigger.MANUAL,
-            now=datetime.now(UTC),
-            enqueue=enqueue_execute,
-        )
-        await eventually(lambda: _running(engine, run.id), what="the run to be in flight")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(EXIT_WITHIN_SECONDS) == 0
-    row = await run_row(engine, run.id)
+    run_id = await _sigterm_mid_run(engine, settings, agent["id"], tmp_path, drain_seconds=45)
+    row = await run_row(engine, run_id)
     assert (row["state"], row["output"]) == ("succeeded", "Finished while draining.")
     assert fake_openai.request_count == 1
 
@@ -76,34 +87,17 @@ async def test_a_run_longer_than_the_drain_is_interrupted_not_lost(
 ) -> None:
     agent = await fake_agent()
     fake_openai.enqueue(text_reply("Never delivered.", delay_seconds=120))
-    env = settings_env(settings, worker_drain_seconds=1)
-    with processes([WORKER], env=env, log_dir=tmp_path) as (worker,):
-        run = await request_run(
-            engine,
-            agent["id"],
-            trigger=RunTrigger.MANUAL,
-            now=datetime.now(UTC),
-            enqueue=enqueue_execute,
-        )
-        await eventually(lambda: _running(engine, run.id), what="the run to be in flight")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(EXIT_WITHIN_SECONDS) == 0
-    row = await run_row(engine, run.id)
+    run_id = await _sigterm_mid_run(engine, settings, agent["id"], tmp_path, drain_seconds=1)
+    row = await run_row(engine, run_id)
     assert (row["state"], row["reason"], row["error"]) == ("failed", "error", INTERRUPTED_ERROR)
     # The next worker (the replacement pod) runs the agent again; the interrupted run stays put.
     fake_openai.enqueue(text_reply("Next one."))
     with processes([WORKER], env=settings_env(settings), log_dir=tmp_path):
-        again = await request_run(
-            engine,
-            agent["id"],
-            trigger=RunTrigger.MANUAL,
-            now=datetime.now(UTC),
-            enqueue=enqueue_execute,
-        )
+        again = await _request(engine, agent["id"])
 
         async def succeeded() -> bool:
-            return bool((await run_row(engine, again.id))["state"] == "succeeded")
+            return bool((await run_row(engine, again))["state"] == "succeeded")
 
         await eventually(succeeded, what="the next run to succeed")
-    assert (await run_row(engine, run.id))["error"] == INTERRUPTED_ERROR
+    assert (await run_row(engine, run_id))["error"] == INTERRUPTED_ERROR
     assert fake_openai.request_count == 2

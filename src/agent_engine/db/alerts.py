@@ -14,14 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.rows import AnyRow, columns
 
-# The run's owner and the platform settings, in one read after the run's finish.
-OWNER_AND_SETTINGS_OF_RUN = text(
-    "SELECT a.user_id AS owner_id,"
-    " (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
-    " AS platform"
-    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id WHERE r.id = :run_id"
-)
-
 _RECORD_SQL = text(
     "INSERT INTO budget_alerts (owner_id, window_start, percent, used_tokens, cap_tokens,"
     " crossed_at)"

@@ -39,11 +39,12 @@ FINISH_STEP_CTE = (
     " AND EXISTS (SELECT 1 FROM agent_runs WHERE id = :run_id AND state = 'running')) "
 )
 
-# Closes the run's start statement (`db.runs.START`), after a CTE `started` that returns the
-# run's id when it went running: the first step, the opening model call, in the same statement.
+# Closes the run's start statement (`db.runs.START`, `db.runs.CLAIM_AT_ONCE`), after a CTE
+# `started` that returns the run's `id` and its `model` when it went running: the first step, the
+# opening model call, in the same statement.
 FIRST_STEP_INSERT = (
     "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
-    " SELECT id, 0, 'model_call', COALESCE(:model, ''), :now FROM started"
+    " SELECT id, 0, 'model_call', COALESCE(model, ''), :now FROM started"
 )
 
 # `FINISH_STEP_CTE`'s parameters when no step end is waiting (index -1 matches no step).

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.rows import AnyRow, columns
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
+from agent_engine.db.spend import WEEK_RUNS_OF_OWNERS
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
 
 
@@ -195,47 +196,46 @@ PREVIOUS_OUTPUT = text(
 
 # With the platform settings and the run's whole context: the claim is one checkout and one read
 # (round trips per run are most of the worker's cost against a fast model).
-CLAIM_READ = text(
+_CLAIM_SELECT = (
     "SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
     " a.model_id AS agent_model_id, r.model_id AS run_model_id, m.max_concurrent_runs,"
     + CONTEXT_COLUMNS
     + CONTEXT_FROM
     + " FOR UPDATE OF r"
 )
+CLAIM_READ = text(_CLAIM_SELECT)
 
+# What a start writes besides the run's model (`model_id = …`): here and in `CLAIM_AT_ONCE`.
+_STARTED = "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now(),"
 # The start also writes the run's first step (every run opens with a model call), so a one-call
 # run's transcript costs no statement of its own (see runs/steps.py).
 START = text(
-    "WITH started AS (UPDATE agent_runs SET state = 'running', started_at = now(),"
-    " heartbeat_at = now(), model_id = :model_id"
-    " WHERE id = :run_id AND state = 'queued' RETURNING id) " + FIRST_STEP_INSERT
+    "WITH started AS (" + _STARTED + " model_id = :model_id"
+    " WHERE id = :run_id AND state = 'queued' RETURNING id, CAST(:model AS text) AS model) "
+    + FIRST_STEP_INSERT
 )
 
 # The claim of the common case in one statement (autocommit, no BEGIN/COMMIT): queued → running
 # with its first step, when the gate is open, the model has no concurrency limit, the platform
 # settings are the ones the caller expects (`:platform`, from which it computed `:cap` and the
-# budget week `:week_start`/`:week_end`) and the owner's week is under the cap. Otherwise nothing
+# budget week `:start`/`:end`) and the owner's week is under the cap. Otherwise nothing
 # is written and the caller claims in a transaction (`CLAIM_READ` …), which settles every other
 # case.
-# The row comes back either way, with `started` saying whether this statement started the run.
+# The row comes back either way (`CLAIM_READ`'s), with `started` saying whether this statement
+# started the run.
 CLAIM_AT_ONCE = text(
-    "WITH c AS (SELECT r.state, a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
-    " a.model_id AS agent_model_id, r.model_id AS run_model_id, m.max_concurrent_runs,"
-    + CONTEXT_COLUMNS
-    + CONTEXT_FROM
-    + " FOR UPDATE OF r),"
-    " started AS (UPDATE agent_runs SET state = 'running', started_at = now(),"
-    " heartbeat_at = now(), model_id = c.agent_model_id FROM c"
+    "WITH c AS (" + _CLAIM_SELECT + "),"
+    " started AS (" + _STARTED + " model_id = c.agent_model_id FROM c"
     " WHERE agent_runs.id = :run_id AND agent_runs.state = 'queued'"
     " AND c.enabled AND NOT c.admin_paused AND c.has_model AND c.max_concurrent_runs IS NULL"
     " AND c.platform = CAST(:platform AS jsonb)"
     " AND CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
-    "   (SELECT COALESCE(SUM(w.tokens_used), 0) FROM agents o JOIN agent_runs w"
-    "    ON w.agent_id = o.id WHERE o.user_id = c.owner_id"
-    "    AND w.finished_at >= :week_start AND w.finished_at < :week_end) < CAST(:cap AS bigint)"
-    " END RETURNING agent_runs.id),"
-    " first_step AS (INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
-    " SELECT started.id, 0, 'model_call', COALESCE(c.model, ''), :now FROM started, c)"
+    "   (SELECT COALESCE(SUM(r.tokens_used), 0)"
+    + WEEK_RUNS_OF_OWNERS
+    + " AND a.user_id = c.owner_id)"
+    "   < CAST(:cap AS bigint)"
+    " END RETURNING agent_runs.id, c.model),"
+    " first_step AS (" + FIRST_STEP_INSERT + ")"
     " SELECT c.*, EXISTS (SELECT 1 FROM started) AS started FROM c"
 )
 

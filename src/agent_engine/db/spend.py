@@ -16,22 +16,25 @@ from agent_engine.db.rows import AnyRow, columns
 from agent_engine.domain.budget import BudgetWindow
 from agent_engine.domain.forecast import EXPECTED_TOKENS_SAMPLE_RUNS
 
-# Served by `ix_agent_runs_budget (agent_id, finished_at) INCLUDE (tokens_used)`.
+# The runs that count in their owner's (`a.user_id`) budget week: finished in [:start, :end).
+# Served by `ix_agent_runs_budget (agent_id, finished_at) INCLUDE (tokens_used)`. Also the worker's
+# one-statement claim (`db.runs.CLAIM_AT_ONCE`) sums the tokens of one owner over it.
+WEEK_RUNS_OF_OWNERS = (
+    " FROM agents a JOIN agent_runs r ON r.agent_id = a.id"
+    " WHERE r.finished_at >= :start AND r.finished_at < :end"
+)
+
 _SPENT_BY_OWNER_SQL = text(
     "SELECT a.user_id, COALESCE(SUM(r.tokens_used), 0) AS used"
-    " FROM agents a JOIN agent_runs r ON r.agent_id = a.id"
-    " WHERE a.user_id = ANY(CAST(:owner_ids AS bigint[]))"
-    " AND r.finished_at >= :start AND r.finished_at < :end"
-    " GROUP BY a.user_id"
+    + WEEK_RUNS_OF_OWNERS
+    + " AND a.user_id = ANY(CAST(:owner_ids AS bigint[])) GROUP BY a.user_id"
 )
 
 # SUM ignores NULLs: NULL when none of the week's runs was priced.
 _COST_BY_OWNER_SQL = text(
     "SELECT a.user_id, SUM(r.cost) AS cost"
-    " FROM agents a JOIN agent_runs r ON r.agent_id = a.id"
-    " WHERE a.user_id = ANY(CAST(:owner_ids AS bigint[]))"
-    " AND r.finished_at >= :start AND r.finished_at < :end"
-    " GROUP BY a.user_id"
+    + WEEK_RUNS_OF_OWNERS
+    + " AND a.user_id = ANY(CAST(:owner_ids AS bigint[])) GROUP BY a.user_id"
 )
 
 # The newest succeeded or failed runs of each agent, newest first: one index-only probe of

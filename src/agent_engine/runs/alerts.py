@@ -31,37 +31,31 @@ log = structlog.get_logger(__name__)
 
 
 async def record_alerts_after_finish(
-    engine: AsyncEngine, run_id: int, *, now: datetime, owner_and_settings: Any = None
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    now: datetime,
+    owner_id: int | None,
+    platform: dict[str, Any] | None,
 ) -> list[BudgetAlertRow]:
     """The thresholds the run's owner has crossed this week and that were not recorded yet.
 
-    `owner_and_settings`: a row with the run's `owner_id` and the `platform` settings, when the
-    finish statement returned them (`db.runs.FINISH`); else they are read here. Without a cap no
-    statement runs at all.
+    `owner_id` (None: the agent was deleted meanwhile) and the stored `platform` settings are what
+    the finish statement returned (`db.runs.FINISH`). Without a cap or alert percents no statement
+    runs at all.
 
     Never raises: the run is finished already, and a failed check is made good by the owner's next
     finishing run (it records every threshold reached and not yet recorded).
     """
+    if owner_id is None:
+        return []
     try:
-        found = owner_and_settings
-        if found is not None:
-            if found.owner_id is None:  # the agent was deleted meanwhile
-                return []
-            platform = PlatformSettings.from_rows(found.platform or {})
-            if platform.weekly_token_cap is None or not platform.budget_alert_percents:
-                return []
+        settings = PlatformSettings.from_rows(platform or {})
+        if settings.weekly_token_cap is None or not settings.budget_alert_percents:
+            return []
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            if found is None:
-                found = (
-                    await conn.execute(alerts_sql.OWNER_AND_SETTINGS_OF_RUN, {"run_id": run_id})
-                ).first()
-                if found is None:  # the agent was deleted meanwhile
-                    return []
-            platform = PlatformSettings.from_rows(found.platform or {})
-            return await record_crossed_thresholds(
-                conn, int(found.owner_id), now=now, platform=platform
-            )
+            return await record_crossed_thresholds(conn, owner_id, now=now, platform=settings)
     except Exception:
         log.warning("checking the budget alerts failed", run_id=run_id, exc_info=True)
         return []

@@ -113,8 +113,8 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
                     "run_id": run_id,
                     "platform": seen.stored,
                     "cap": cap,
-                    "week_start": week.start,
-                    "week_end": week.end,
+                    "start": week.start,
+                    "end": week.end,
                     "now": utc_now(),
                 },
             )
@@ -139,9 +139,10 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
     async with engine.begin() as conn:
         # The row lock serialises duplicate messages: the second one reads the new state.
         row = (await conn.execute(runs_sql.CLAIM_READ, {"run_id": run_id})).one_or_none()
-        if row is not None:
-            _remember_platform(row.platform)
-        if row is not None and row.state == RunState.RUNNING:
+        if row is None:
+            return Claim(run_id, None)
+        platform = _remember_platform(row.platform)
+        if row.state == RunState.RUNNING:
             # A parked run whose approval was decided: exactly one message takes it back.
             decided = await approvals_db.take_parked(conn, run_id)
             if decided is None:
@@ -149,13 +150,11 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
             return Claim(
                 run_id,
                 RunState.RUNNING,
-                context=run_context_from_row(
-                    row, platform=PlatformSettings.from_rows(row.platform or {})
-                ),
+                context=run_context_from_row(row, platform=platform),
                 model_id=row.run_model_id,
                 resumed=decided,
             )
-        if row is None or row.state != RunState.QUEUED:
+        if row.state != RunState.QUEUED:
             return Claim(run_id, None)
         model_id = row.agent_model_id
         limit = row.max_concurrent_runs
@@ -173,7 +172,6 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
                 },
             )
             return Claim(run_id, RunState.FAILED, model_id=row.run_model_id, model_limit=limit)
-        platform = PlatformSettings.from_rows(row.platform or {})
         if await owners_over_budget(conn, [row.owner_id], now=now, platform=platform):
             await conn.execute(
                 runs_sql.SKIP_AT_CLAIM,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Row, TextClause
+from sqlalchemy import CursorResult, Row, TextClause
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,6 +26,8 @@ from agent_engine.runs import steps
 from agent_engine.runs.alerts import record_alerts_after_finish
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 INTERRUPTED_ERROR = "interrupted: the worker stopped before the run finished"
 
@@ -138,13 +141,35 @@ async def finish(
     # took the week across are recorded, once each (see runs/alerts.py for why this is race-safe
     # after the commit). Never raises.
     await record_alerts_after_finish(
-        engine, run_id, now=datetime.now(UTC), owner_and_settings=finished
+        engine,
+        run_id,
+        now=datetime.now(UTC),
+        owner_id=finished.owner_id,
+        platform=finished.platform,
     )
     return state
 
 
 async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[str, Any]) -> int:
-    """One compare-and-set UPDATE in autocommit (atomic alone: no BEGIN/COMMIT round trips).
+    """One compare-and-set UPDATE in autocommit: the rows it changed."""
+    return await _autocommit(engine, statement, params, lambda result: int(result.rowcount))
+
+
+async def _write_one_returning(
+    engine: AsyncEngine, statement: TextClause, params: dict[str, Any]
+) -> Row[Any] | None:
+    """One compare-and-set with RETURNING in autocommit: the row written, None if none."""
+    return await _autocommit(engine, statement, params, lambda result: result.first())
+
+
+async def _autocommit(
+    engine: AsyncEngine,
+    statement: TextClause,
+    params: dict[str, Any],
+    read: Callable[[CursorResult[Any]], T],
+) -> T:
+    """One statement in autocommit (atomic alone: no BEGIN/COMMIT round trips), its result read
+    by `read` on the connection.
 
     Retried once on a dead connection; a retry after a lost acknowledgement matches no row.
     """
@@ -152,24 +177,7 @@ async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[st
         try:
             async with engine.connect() as conn:
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                result = await conn.execute(statement, params)
-                return int(result.rowcount)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:
-                raise
-            log.warning("a pooled connection was dead (database restart?); retrying once")
-    raise AssertionError("unreachable")
-
-
-async def _write_one_returning(
-    engine: AsyncEngine, statement: TextClause, params: dict[str, Any]
-) -> Row[Any] | None:
-    """`_write_one` for a compare-and-set with RETURNING: the row written, None if none."""
-    for attempt in range(1, SINGLE_WRITE_ATTEMPTS + 1):
-        try:
-            async with engine.connect() as conn:
-                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                return (await conn.execute(statement, params)).first()
+                return read(await conn.execute(statement, params))
         except DBAPIError as exc:
             if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:
                 raise

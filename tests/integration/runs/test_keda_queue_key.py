@@ -21,8 +21,7 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
 from agent_engine.workers.main import start_worker, stop_worker
-from tests.integration.runs.support import FAKE_KEY_ENV, eventually, run_row
-from tests.support.factories import Factories
+from tests.integration.runs.support import FakeAgent, eventually, run_row
 
 WORKER_YAML = Path(__file__).resolve().parents[3] / "deploy" / "k8s" / "base" / "worker.yaml"
 
@@ -50,20 +49,11 @@ async def test_the_keda_list_holds_the_unclaimed_runs(
     settings: Settings,
     broker: dramatiq.Broker,
     fake_openai: FakeOpenAIServer,
-    factories: Factories,
-    monkeypatch: pytest.MonkeyPatch,
+    fake_agent: FakeAgent,
 ) -> None:
     client = redis.Redis.from_url(settings.redis_url or "")
     list_name = _keda_list_name()
-    monkeypatch.setenv(FAKE_KEY_ENV, "test-key")
-    model = await factories.model(
-        name="Fake",
-        provider="openai",
-        model="fake-model",
-        base_url=fake_openai.base_url,
-        api_key_env=FAKE_KEY_ENV,
-    )
-    agents = [await factories.agent(model_id=model["id"], name=f"backlog {n}") for n in range(3)]
+    agents = [await fake_agent(name=f"backlog {n}") for n in range(3)]
     runs = [
         await request_run(
             engine,

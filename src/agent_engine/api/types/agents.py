@@ -166,15 +166,8 @@ class AgentRelations:
     last_run: RunRow | None
 
 
-# GraphQL names of the Agent fields served from AgentRelations when a page asks for them, with
-# the method that gives each one's value from them.
-PREFETCHED_AGENT_RESOLVERS = {
-    "model": "prefetched_model",
-    "tools": "prefetched_tools",
-    "activeRun": "prefetched_active_run",
-    "lastRun": "prefetched_last_run",
-}
-PREFETCHED_AGENT_FIELDS = frozenset(PREFETCHED_AGENT_RESOLVERS)
+# GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
+PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
 
 
 @strawberry.type
@@ -220,26 +213,9 @@ class Agent:
     @strawberry.field
     def model(self, info: Info) -> AgentModel | None:
         if self.relations is not None:
-            return self.prefetched_model()
+            row = self.relations.model
+            return AgentModel.from_row(row) if row else None
         return awaited_later(self._load_model(info))
-
-    # The four `prefetched_*` give the relation fields' values from `relations` (a page's agents);
-    # api/schema.py resolves the fields with them directly when they are at hand.
-    def prefetched_model(self) -> AgentModel | None:
-        row = self.relations.model if self.relations is not None else None
-        return AgentModel.from_row(row) if row else None
-
-    def prefetched_tools(self) -> list[Tool]:
-        rows = self.relations.tools if self.relations is not None else []
-        return [Tool.from_row(r) for r in rows]
-
-    def prefetched_active_run(self) -> Run | None:
-        row = self.relations.active_run if self.relations is not None else None
-        return self._run(row) if row else None
-
-    def prefetched_last_run(self) -> Run | None:
-        row = self.relations.last_run if self.relations is not None else None
-        return self._run(row) if row else None
 
     async def _load_model(self, info: Info) -> AgentModel | None:
         if self.row.model_id is None:
@@ -294,7 +270,7 @@ class Agent:
     )
     def tools(self, info: Info) -> list[Tool]:
         if self.relations is not None:
-            return self.prefetched_tools()
+            return [Tool.from_row(r) for r in self.relations.tools]
         return awaited_later(self._load_tools(info))
 
     async def _load_tools(self, info: Info) -> list[Tool]:
@@ -312,13 +288,15 @@ class Agent:
     @described(description="The unfinished (queued or running) run, if any.")
     def active_run(self, info: Info) -> Run | None:
         if self.relations is not None:
-            return self.prefetched_active_run()
+            row = self.relations.active_run
+            return self._run(row) if row else None
         return awaited_later(self._load_run(info.context.loaders.active_run))
 
     @described(description="The newest finished run (succeeded, failed or skipped).")
     def last_run(self, info: Info) -> Run | None:
         if self.relations is not None:
-            return self.prefetched_last_run()
+            row = self.relations.last_run
+            return self._run(row) if row else None
         return awaited_later(self._load_run(info.context.loaders.last_run))
 
     @described(

@@ -272,17 +272,33 @@ def _reply(response: Any, request: ModelRequest) -> ModelReply:
             continue
         calls.append(ToolCall(id=call.id, name=function.name, arguments=function.arguments or ""))
     usage = getattr(response, "usage", None)
-    if usage is not None and usage.total_tokens is not None:
-        tokens = int(usage.total_tokens)
-        prompt = int(usage.prompt_tokens or 0)
-        raw = cast(dict[str, Any], usage.model_dump())
+    return _model_reply(
+        request,
+        content=message.content,
+        calls=calls,
+        usage=None if usage is None else cast(dict[str, Any], usage.model_dump()),
+    )
+
+
+def _model_reply(
+    request: ModelRequest,
+    *,
+    content: str | None,
+    calls: list[ToolCall],
+    usage: dict[str, Any] | None,
+) -> ModelReply:
+    """The reply with its tokens: as the provider reported them (`usage`), else estimated."""
+    if usage is not None and usage.get("total_tokens") is not None:
+        tokens = int(usage["total_tokens"])
+        prompt = int(usage.get("prompt_tokens") or 0)
+        raw = dict(usage)
     else:
         # No reported usage (some compatible servers): estimate, so budgets still hold.
         prompt = estimate_tokens(request.messages, request.tools)
-        tokens = prompt + estimate_tokens(message.content or "", [c.arguments for c in calls])
+        tokens = prompt + estimate_tokens(content or "", [c.arguments for c in calls])
         raw = {}
     return ModelReply(
-        content=message.content,
+        content=content,
         tool_calls=tuple(calls),
         tokens_used=tokens,
         raw_usage=raw,
@@ -374,21 +390,6 @@ def _reply_from_json(data: Any, request: ModelRequest) -> ModelReply:
                 id=call["id"], name=function["name"], arguments=function.get("arguments") or ""
             )
         )
-    content = message.get("content")
-    usage = data.get("usage")
-    if usage is not None and usage.get("total_tokens") is not None:
-        tokens = int(usage["total_tokens"])
-        prompt = int(usage.get("prompt_tokens") or 0)
-        raw = dict(usage)
-    else:
-        # No reported usage (some compatible servers): estimate, so budgets still hold.
-        prompt = estimate_tokens(request.messages, request.tools)
-        tokens = prompt + estimate_tokens(content or "", [c.arguments for c in calls])
-        raw = {}
-    return ModelReply(
-        content=content,
-        tool_calls=tuple(calls),
-        tokens_used=tokens,
-        raw_usage=raw,
-        prompt_tokens=prompt,
+    return _model_reply(
+        request, content=message.get("content"), calls=calls, usage=data.get("usage")
     )
