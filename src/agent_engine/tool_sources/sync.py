@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import jsonschema
@@ -91,9 +91,16 @@ def schema_problem(schema: object) -> str | None:
     return None
 
 
-async def sync_source(engine: AsyncEngine, source_id: int, *, seconds: float) -> SyncResult:
+async def sync_source(
+    engine: AsyncEngine,
+    source_id: int,
+    *,
+    seconds: float,
+    allowed_prefixes: Iterable[str] = (),
+) -> SyncResult:
     """List the source's tools and write them into the catalog. The source row is read first, the
-    listing happens outside any transaction, the write is one transaction."""
+    listing happens outside any transaction, the write is one transaction. `allowed_prefixes`:
+    the operator's allow-list for `authEnv` (AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES), as at a call."""
     async with engine.connect() as conn:
         source = await sources_db.fetch_source(conn, source_id)
         signing = await credentials_sql.signing_envs(conn)
@@ -101,7 +108,12 @@ async def sync_source(engine: AsyncEngine, source_id: int, *, seconds: float) ->
         return SyncResult(False, 0, "the source is gone")
     # Checked again before each send (domain/credentials.py): a row written before the rule, or
     # straight in SQL, sends nothing.
-    if credential_env_problem(source.auth_env, signing_envs=signing) is not None:
+    if (
+        credential_env_problem(
+            source.auth_env, signing_envs=signing, allowed_prefixes=allowed_prefixes
+        )
+        is not None
+    ):
         error = "sync refused: the variable named by authEnv may not hold a credential"
         log.error("MCP source %s: %s (%s)", source.name, error, source.auth_env)
         async with engine.begin() as conn:
@@ -132,7 +144,9 @@ async def sync_source(engine: AsyncEngine, source_id: int, *, seconds: float) ->
     return SyncResult(True, len(kept), summary)
 
 
-async def sync_enabled_sources(engine: AsyncEngine, *, seconds: float) -> int:
+async def sync_enabled_sources(
+    engine: AsyncEngine, *, seconds: float, allowed_prefixes: Iterable[str] = ()
+) -> int:
     """The clock's periodic re-sync: every enabled source, one after another. Returns how many
     synced without a failure."""
     async with engine.connect() as conn:
@@ -140,7 +154,9 @@ async def sync_enabled_sources(engine: AsyncEngine, *, seconds: float) -> int:
     synced = 0
     for source_id in ids:
         try:
-            result = await sync_source(engine, source_id, seconds=seconds)
+            result = await sync_source(
+                engine, source_id, seconds=seconds, allowed_prefixes=allowed_prefixes
+            )
         except Exception:
             log.exception("MCP source %s: the periodic sync raised", source_id)
             continue
