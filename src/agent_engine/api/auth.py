@@ -34,14 +34,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
 from agent_engine.api.ids import database_id
-from agent_engine.api.jwks import JwksKeys, JwksUnavailable, UnknownKey
+from agent_engine.api.jwks import (
+    ASYMMETRIC_ALGORITHMS,
+    JwksKeys,
+    JwksUnavailable,
+    UnknownKey,
+)
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.db.users import UserRow, upsert_user
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.settings import Settings
 
 ADMIN_ROLE = "agent_admin"
-ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
 SYMMETRIC_ALGORITHMS = ["HS256"]
 # Claims are copied into the users row; absurd sizes are refused rather than stored.
 MAX_CLAIM_CHARS = 320
