@@ -265,35 +265,32 @@ def export_schema(
 ) -> None:
     """Write the GraphQL SDL of the running code, or with --database the database schema."""
     if database:
-        _export_database_schema(output or Path("schema/database.sql"))
+        _write_export(_database_schema(), output or Path("schema/database.sql"))
         return
     from agent_engine.api.schema import export_sdl
 
-    sdl = export_sdl()
-    output = output or Path("schema/schema.graphql")
+    _write_export(export_sdl(), output or Path("schema/schema.graphql"))
+
+
+def _write_export(text: str, output: Path) -> None:
+    """To stdout for '-', else to the file (its folder created)."""
     if str(output) == "-":
-        sys.stdout.write(sdl)
+        sys.stdout.write(text)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(sdl)
+    output.write_text(text)
     typer.echo(f"wrote {output}")
 
 
-def _export_database_schema(output: Path) -> None:
+def _database_schema() -> str:
     from agent_engine.db.schema_file import SchemaExportError, dump_schema
 
     database_url = os.environ.get("DATABASE_URL")
     try:
-        schema = dump_schema(database_url) if database_url else _dump_from_embedded(dump_schema)
+        return dump_schema(database_url) if database_url else _dump_from_embedded(dump_schema)
     except SchemaExportError as exc:
         typer.echo(f"export-schema --database: {exc}", err=True)
         raise typer.Exit(2) from exc
-    if str(output) == "-":
-        sys.stdout.write(schema)
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(schema)
-    typer.echo(f"wrote {output}")
 
 
 def _dump_from_embedded(dump: Callable[[str], str]) -> str:
