@@ -207,8 +207,8 @@ def token(
     ttl: Annotated[str, typer.Option(help="Lifetime: seconds or 30m, 12h, 7d.")] = "12h",
 ) -> None:
     """Print a development token signed with AGENT_ENGINE_JWT_SECRET."""
-    from agent_engine.allinone import DEMO_MAX_LIFETIME
     from agent_engine.api.auth import mint_token, parse_ttl
+    from agent_engine.demo.tokens import demo_max_lifetime
 
     settings = _attached_settings()
     if not settings.jwt_secret:
@@ -220,10 +220,9 @@ def token(
         typer.echo(f"--ttl: {exc}", err=True)
         raise typer.Exit(2) from exc
     # Beside `agent-engine run` (its generated secret), the api takes week-long demo tokens.
+    demo_limit = demo_max_lifetime(_settings())
     limit = (
-        DEMO_MAX_LIFETIME.total_seconds()
-        if _settings().jwt_secret is None
-        else settings.jwt_max_lifetime_seconds
+        demo_limit.total_seconds() if demo_limit is not None else settings.jwt_max_lifetime_seconds
     )
     if lifetime.total_seconds() > limit:
         typer.echo(
