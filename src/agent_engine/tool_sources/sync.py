@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import jsonschema
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db import credentials as credentials_sql
 from agent_engine.db import tool_sources as sources_db
-from agent_engine.domain.credentials import credential_env_problem
 from agent_engine.domain.mcp import CATALOG_NAME_MAX_CHARS, catalog_name
+from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
 from agent_engine.tool_sources.client import (
     MAX_SCHEMA_BYTES,
     McpError,
@@ -103,19 +102,15 @@ async def sync_source(
     the operator's allow-list for `authEnv` (AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES), as at a call."""
     async with engine.connect() as conn:
         source = await sources_db.fetch_source(conn, source_id)
-        signing = await credentials_sql.signing_envs(conn)
     if source is None:
         return SyncResult(False, 0, "the source is gone")
-    # Checked again before each send (domain/credentials.py): a row written before the rule, or
-    # straight in SQL, sends nothing.
-    if (
-        credential_env_problem(
-            source.auth_env, signing_envs=signing, allowed_prefixes=allowed_prefixes
-        )
-        is not None
-    ):
+    # Checked again before each send, as for a call (the guard logs why): a row written before the
+    # rule, or straight in SQL, sends nothing.
+    guard = CredentialGuard(engine, allowed_prefixes=allowed_prefixes)
+    try:
+        await guard.check(source.auth_env, what=f"tool source {source.name!r}")
+    except CredentialRefused:
         error = "sync refused: the variable named by authEnv may not hold a credential"
-        log.error("MCP source %s: %s (%s)", source.name, error, source.auth_env)
         async with engine.begin() as conn:
             await sources_db.record_sync_failure(conn, source_id, error)
         return SyncResult(False, 0, error)
