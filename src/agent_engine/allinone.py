@@ -25,6 +25,7 @@ from agent_engine.api.auth import mint_token
 from agent_engine.db.engine import create_engine_for_url
 from agent_engine.db.migrate import upgrade
 from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
+from agent_engine.demo.tokens import DEV_TOKEN_TTL, MAX_LIFETIME_ENV, demo_max_lifetime
 from agent_engine.embedded import EmbeddedServers
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings, to_libpq_url
@@ -32,11 +33,6 @@ from agent_engine.testing.mcp_tickets import TicketServer
 
 READY_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 20.0
-DEV_TOKEN_TTL = timedelta(days=7)
-# With its own generated secret, the all-in-one's api accepts the week-long demo tokens it prints
-# (a deployment's default is 24 h: AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS).
-DEMO_MAX_LIFETIME = DEV_TOKEN_TTL + timedelta(hours=1)
-MAX_LIFETIME_ENV = "AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS"
 
 
 def _jwt_secret(settings: Settings, data_dir: Path) -> str:
@@ -95,8 +91,8 @@ def run_all(
             "AGENT_ENGINE_LOG_FORMAT": log_format,
         }
         token_ttl = DEV_TOKEN_TTL
-        if settings.jwt_secret is None and MAX_LIFETIME_ENV not in os.environ:
-            env[MAX_LIFETIME_ENV] = str(int(DEMO_MAX_LIFETIME.total_seconds()))
+        if (demo_limit := demo_max_lifetime(settings)) is not None:
+            env[MAX_LIFETIME_ENV] = str(int(demo_limit.total_seconds()))
         else:
             # The operator's own secret keeps the operator's limit: the demo tokens fit in it.
             token_ttl = min(DEV_TOKEN_TTL, timedelta(seconds=settings.jwt_max_lifetime_seconds))

@@ -207,8 +207,8 @@ def token(
     ttl: Annotated[str, typer.Option(help="Lifetime: seconds or 30m, 12h, 7d.")] = "12h",
 ) -> None:
     """Print a development token signed with AGENT_ENGINE_JWT_SECRET."""
-    from agent_engine.allinone import DEMO_MAX_LIFETIME
     from agent_engine.api.auth import mint_token, parse_ttl
+    from agent_engine.demo.tokens import demo_max_lifetime
 
     settings = _attached_settings()
     if not settings.jwt_secret:
@@ -220,10 +220,9 @@ def token(
         typer.echo(f"--ttl: {exc}", err=True)
         raise typer.Exit(2) from exc
     # Beside `agent-engine run` (its generated secret), the api takes week-long demo tokens.
+    demo_limit = demo_max_lifetime(_settings())
     limit = (
-        DEMO_MAX_LIFETIME.total_seconds()
-        if _settings().jwt_secret is None
-        else settings.jwt_max_lifetime_seconds
+        demo_limit.total_seconds() if demo_limit is not None else settings.jwt_max_lifetime_seconds
     )
     if lifetime.total_seconds() > limit:
         typer.echo(
@@ -265,35 +264,32 @@ def export_schema(
 ) -> None:
     """Write the GraphQL SDL of the running code, or with --database the database schema."""
     if database:
-        _export_database_schema(output or Path("schema/database.sql"))
+        _write_export(_database_schema(), output or Path("schema/database.sql"))
         return
     from agent_engine.api.schema import export_sdl
 
-    sdl = export_sdl()
-    output = output or Path("schema/schema.graphql")
+    _write_export(export_sdl(), output or Path("schema/schema.graphql"))
+
+
+def _write_export(text: str, output: Path) -> None:
+    """To stdout for '-', else to the file (its folder created)."""
     if str(output) == "-":
-        sys.stdout.write(sdl)
+        sys.stdout.write(text)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(sdl)
+    output.write_text(text)
     typer.echo(f"wrote {output}")
 
 
-def _export_database_schema(output: Path) -> None:
+def _database_schema() -> str:
     from agent_engine.db.schema_file import SchemaExportError, dump_schema
 
     database_url = os.environ.get("DATABASE_URL")
     try:
-        schema = dump_schema(database_url) if database_url else _dump_from_embedded(dump_schema)
+        return dump_schema(database_url) if database_url else _dump_from_embedded(dump_schema)
     except SchemaExportError as exc:
         typer.echo(f"export-schema --database: {exc}", err=True)
         raise typer.Exit(2) from exc
-    if str(output) == "-":
-        sys.stdout.write(schema)
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(schema)
-    typer.echo(f"wrote {output}")
 
 
 def _dump_from_embedded(dump: Callable[[str], str]) -> str:

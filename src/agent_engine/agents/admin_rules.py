@@ -15,7 +15,6 @@ from agent_engine.domain.retention import MAX_RETENTION_DAYS, MIN_RETENTION_DAYS
 MAX_CONCURRENT_RUNS = 10_000
 MAX_ITERATION_CAP = 100
 MAX_WEEKLY_TOKEN_CAP = 2**62
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Query parameters that carry a credential (`?api_key=…`, `?token=…`, `?sig=…`).
 _SECRET_QUERY_NAME = re.compile(r"key|token|secret|passw|signature|credential|^sig$", re.I)
 
@@ -49,12 +48,6 @@ def base_url_problem(value: str) -> str | None:
             f"must not carry credentials in its query ({', '.join(secret_params)}): put the key "
             "in the environment variable named by apiKeyEnv"
         )
-    return None
-
-
-def api_key_env_problem(name: str | None) -> str | None:
-    if name is not None and not _ENV_NAME.match(name):
-        return "must be an environment variable name"
     return None
 
 

@@ -33,18 +33,22 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.agents.zones import reslot_owner_calendar_agents
 from agent_engine.api.errors import Forbidden, Unauthenticated
-from agent_engine.api.jwks import JwksKeys, JwksUnavailable, UnknownKey
+from agent_engine.api.ids import database_id
+from agent_engine.api.jwks import (
+    ASYMMETRIC_ALGORITHMS,
+    JwksKeys,
+    JwksUnavailable,
+    UnknownKey,
+)
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.db.users import UserRow, upsert_user
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.settings import Settings
 
 ADMIN_ROLE = "agent_admin"
-ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
 SYMMETRIC_ALGORITHMS = ["HS256"]
 # Claims are copied into the users row; absurd sizes are refused rather than stored.
 MAX_CLAIM_CHARS = 320
-MAX_USER_ID = 2**63 - 1
 BEARER = "bearer"
 MIN_HS256_SECRET_BYTES = 32
 
@@ -241,10 +245,14 @@ def claims_of(payload: dict[str, Any], settings: Settings) -> Claims:
     """The claims the api reads, from a verified payload."""
     raw_id = _claim_at(payload, settings.jwt_user_id_claim)
     name = settings.jwt_user_id_claim
-    if not isinstance(raw_id, str | int) or isinstance(raw_id, bool) or not str(raw_id).isdigit():
+    if (
+        not isinstance(raw_id, str | int)
+        or isinstance(raw_id, bool)
+        or not (str(raw_id).isascii() and str(raw_id).isdigit())
+    ):
         raise Unauthenticated(f"invalid token: `{name}` must be a numeric user id")
-    user_id = int(raw_id)
-    if not 0 < user_id <= MAX_USER_ID:
+    user_id = database_id(str(raw_id))
+    if user_id is None:
         raise Unauthenticated(f"invalid token: `{name}` is out of range")
     roles = _claim_at(payload, settings.jwt_roles_claim) or []
     if isinstance(roles, str):

@@ -16,16 +16,21 @@ MAX_ID_CHARS = 40
 MAX_CURSOR_CHARS = 64
 
 
+def database_id(text: str) -> int | None:
+    """The id `text` spells (ASCII digits, 1 to MAX_DATABASE_ID), or None. Length first: a
+    longer text is never converted."""
+    if len(text) > MAX_ID_CHARS or not (text.isascii() and text.isdigit()):
+        return None
+    ident = int(text)
+    return ident if 0 < ident <= MAX_DATABASE_ID else None
+
+
 def parse_id(value: str | strawberry.ID, field: str) -> int:
     """A database id from its string form; anything else is the client's mistake."""
-    text = str(value).strip()
-    if (
-        len(text) > MAX_ID_CHARS
-        or not (text.isascii() and text.isdigit())
-        or not 0 < int(text) <= MAX_DATABASE_ID
-    ):
+    ident = database_id(str(value).strip())
+    if ident is None:
         raise BadUserInput(field, f"not a valid id: {str(value)[:40]!r}")
-    return int(text)
+    return ident
 
 
 def encode_cursor(kind: str, ident: int) -> str:
@@ -42,12 +47,8 @@ def decode_cursor(kind: str, cursor: str | None, field: str = "after") -> int | 
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise BadUserInput(field, "not a cursor returned by this API") from exc
-    prefix, _, ident = raw.partition(":")
-    if (
-        prefix != kind
-        or not (ident.isascii() and ident.isdigit())
-        or len(ident) > MAX_ID_CHARS
-        or int(ident) > MAX_DATABASE_ID
-    ):
+    prefix, _, text = raw.partition(":")
+    ident = database_id(text) if prefix == kind else None
+    if ident is None:
         raise BadUserInput(field, "not a cursor returned by this API")
-    return int(ident)
+    return ident

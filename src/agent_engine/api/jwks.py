@@ -33,8 +33,9 @@ from jwt import PyJWK
 
 log = logging.getLogger(__name__)
 
-# Algorithms a key from the set may carry (the key decides, the token's header must match).
-JWKS_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "ES256", "ES384", "ES512"})
+# Algorithms a key from the set may carry (the key decides, the token's header must match); a
+# PEM public key (api/auth.py) accepts the same.
+ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
 FETCH_TIMEOUT_SECONDS = 5.0
 MAX_JWKS_BYTES = 1_000_000
 
@@ -167,7 +168,7 @@ class JwksKeys:
             except jwt.PyJWTError as exc:
                 log.info("jwks: skipping a key of %s: %s", self.url, exc)
                 continue
-            if key.algorithm_name not in JWKS_ALGORITHMS:
+            if key.algorithm_name not in ASYMMETRIC_ALGORITHMS:
                 continue  # e.g. an `oct` (HS256) key: never trusted from a published set
             keys[str(entry.get("kid", ""))] = key
         if not keys:
@@ -185,4 +186,4 @@ def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-__all__ = ["JwksKeys", "JwksStatus", "JwksUnavailable", "UnknownKey"]
+__all__ = ["ASYMMETRIC_ALGORITHMS", "JwksKeys", "JwksStatus", "JwksUnavailable", "UnknownKey"]

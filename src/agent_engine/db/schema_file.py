@@ -61,7 +61,12 @@ def revision_gap(database_url: str) -> tuple[set[str], set[str]]:
 
 
 async def _current_revisions(url: str) -> set[str]:
-    conn = await asyncpg.connect(url)
+    try:
+        conn = await asyncpg.connect(url)
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise SchemaExportError(
+            f"cannot connect to DATABASE_URL ({type(exc).__name__}: {exc})"
+        ) from exc
     try:
         if await conn.fetchval("SELECT to_regclass('public.alembic_version')") is None:
             return set()

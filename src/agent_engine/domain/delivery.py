@@ -7,11 +7,12 @@ Pure: no database, HTTP or clock. The sending side (agent_engine.delivery) appli
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Sequence
 from datetime import timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
+
+from agent_engine.domain.credentials import ENV_NAME
 
 
 class DeliveryStatus(StrEnum):
@@ -37,7 +38,6 @@ ATTEMPT_TIMEOUT = timedelta(seconds=10)
 CONCURRENCY_PER_TARGET = 4
 
 URL_MAX_CHARS = 2_000
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 SECRET_PREFIX = "whsec_"
 
 

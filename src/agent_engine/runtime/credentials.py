@@ -2,9 +2,9 @@
 
 The API refuses a model whose `apiKeyEnv` names an engine setting or a delivery target's signing
 variable (`agents/credentials.py`), but a row written before that rule, or straight in SQL, must
-not leak either: every model call (and every MCP tool call, for a tool source's `authEnv`) asks
-the guard first. A refusal fails the call without sending anything; the owner reads which model
-(or tool) could not be called, the worker log says why and which variable.
+not leak either: every model call (and every MCP tool call and sync, for a tool source's
+`authEnv`) asks the guard first. A refusal fails the call without sending anything; the owner
+reads which model (or tool) could not be called, the worker log says why and which variable.
 """
 
 from __future__ import annotations

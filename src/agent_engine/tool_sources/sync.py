@@ -13,16 +13,15 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import jsonschema
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db import credentials as credentials_sql
 from agent_engine.db import tool_sources as sources_db
-from agent_engine.domain.credentials import credential_env_problem
 from agent_engine.domain.mcp import CATALOG_NAME_MAX_CHARS, catalog_name
+from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
 from agent_engine.tool_sources.client import (
     MAX_SCHEMA_BYTES,
     McpError,
@@ -91,19 +90,27 @@ def schema_problem(schema: object) -> str | None:
     return None
 
 
-async def sync_source(engine: AsyncEngine, source_id: int, *, seconds: float) -> SyncResult:
+async def sync_source(
+    engine: AsyncEngine,
+    source_id: int,
+    *,
+    seconds: float,
+    allowed_prefixes: Iterable[str] = (),
+) -> SyncResult:
     """List the source's tools and write them into the catalog. The source row is read first, the
-    listing happens outside any transaction, the write is one transaction."""
+    listing happens outside any transaction, the write is one transaction. `allowed_prefixes`:
+    the operator's allow-list for `authEnv` (AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES), as at a call."""
     async with engine.connect() as conn:
         source = await sources_db.fetch_source(conn, source_id)
-        signing = await credentials_sql.signing_envs(conn)
     if source is None:
         return SyncResult(False, 0, "the source is gone")
-    # Checked again before each send (domain/credentials.py): a row written before the rule, or
-    # straight in SQL, sends nothing.
-    if credential_env_problem(source.auth_env, signing_envs=signing) is not None:
+    # Checked again before each send, as for a call (the guard logs why): a row written before the
+    # rule, or straight in SQL, sends nothing.
+    guard = CredentialGuard(engine, allowed_prefixes=allowed_prefixes)
+    try:
+        await guard.check(source.auth_env, what=f"tool source {source.name!r}")
+    except CredentialRefused:
         error = "sync refused: the variable named by authEnv may not hold a credential"
-        log.error("MCP source %s: %s (%s)", source.name, error, source.auth_env)
         async with engine.begin() as conn:
             await sources_db.record_sync_failure(conn, source_id, error)
         return SyncResult(False, 0, error)
@@ -132,7 +139,9 @@ async def sync_source(engine: AsyncEngine, source_id: int, *, seconds: float) ->
     return SyncResult(True, len(kept), summary)
 
 
-async def sync_enabled_sources(engine: AsyncEngine, *, seconds: float) -> int:
+async def sync_enabled_sources(
+    engine: AsyncEngine, *, seconds: float, allowed_prefixes: Iterable[str] = ()
+) -> int:
     """The clock's periodic re-sync: every enabled source, one after another. Returns how many
     synced without a failure."""
     async with engine.connect() as conn:
@@ -140,7 +149,9 @@ async def sync_enabled_sources(engine: AsyncEngine, *, seconds: float) -> int:
     synced = 0
     for source_id in ids:
         try:
-            result = await sync_source(engine, source_id, seconds=seconds)
+            result = await sync_source(
+                engine, source_id, seconds=seconds, allowed_prefixes=allowed_prefixes
+            )
         except Exception:
             log.exception("MCP source %s: the periodic sync raised", source_id)
             continue

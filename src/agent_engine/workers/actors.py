@@ -185,7 +185,9 @@ async def sync_tool_sources() -> None:
     """Re-list every enabled MCP source (new tools join not allowed, vanished ones leave)."""
     context = _require_context()
     await tool_source_sync.sync_enabled_sources(
-        context.engine, seconds=context.settings.tool_timeout_seconds
+        context.engine,
+        seconds=context.settings.tool_timeout_seconds,
+        allowed_prefixes=context.settings.credential_prefixes,
     )
 
 

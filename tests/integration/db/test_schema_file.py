@@ -58,3 +58,8 @@ def test_export_refuses_a_database_behind_the_latest_migration(servers: Servers)
     upgrade(url, "e0005_operators")
     with pytest.raises(SchemaExportError, match=r"it has e0005_operators; it lacks e00\d\d_"):
         dump_schema(url)
+
+
+def test_export_names_an_unreachable_database() -> None:
+    with pytest.raises(SchemaExportError, match="cannot connect to DATABASE_URL"):
+        dump_schema("postgresql://nobody@127.0.0.1:1/none")

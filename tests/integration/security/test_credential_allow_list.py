@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dramatiq
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import tool_sources as sources_db
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer
+from agent_engine.testing.mcp_tickets import TicketServer
 from tests.integration.runs.transcript.support import Gql, error_code
 from tests.support.factories import Factories
 
+SYNC_SOURCE = "mutation($id: ID!) { syncToolSource(id: $id) { id lastError tools { name } } }"
 UPSERT_MODEL = """
 mutation($input: AgentModelInput!) { upsertAgentModel(input: $input) { id apiKeyEnv } }
 """
@@ -57,3 +61,25 @@ async def test_the_worker_holds_to_the_allow_list_too(
     run = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
     assert run["state"] == "FAILED" and "model 'Old row' was not called" in run["error"]
     assert fake_openai.request_count == 0
+
+
+async def test_a_tool_source_outside_the_allow_list_is_not_synced(
+    gql: Gql,
+    factories: Factories,
+    engine: AsyncEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A source row written before the allow-list (or in SQL): the sync sends its server
+    nothing, as a tool call would not."""
+    monkeypatch.setenv("TICKETS_TOKEN", "tickets-secret")
+    admin = (await factories.user())["id"]
+    with TicketServer() as tickets:
+        async with engine.begin() as conn:
+            source_id = await sources_db.insert_source(
+                conn, name="tickets", url=tickets.url, auth_env="TICKETS_TOKEN", enabled=True
+            )
+        data = await gql.data(SYNC_SOURCE, {"id": str(source_id)}, as_user=admin, admin=True)
+        assert tickets.state.list_authorizations == []
+    source = data["syncToolSource"]
+    assert source["tools"] == []
+    assert "sync refused" in source["lastError"]

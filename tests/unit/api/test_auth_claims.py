@@ -44,6 +44,20 @@ def test_the_user_id_may_come_from_another_claim() -> None:
 
 
 @pytest.mark.parametrize(
+    ("sub", "says"),
+    [
+        ("\u0661", "must be a numeric user id"),  # an Arabic-Indic one: not our digits
+        ("0", "out of range"),
+        (str(2**63), "out of range"),
+        ("9" * 5_000, "out of range"),  # too long to convert: refused, not an internal error
+    ],
+)
+def test_a_user_id_outside_the_database_ids_is_refused(sub: str, says: str) -> None:
+    with pytest.raises(Unauthenticated, match=says):
+        claims_of({"sub": sub}, _settings())
+
+
+@pytest.mark.parametrize(
     ("values", "expected"),
     [
         ({}, "no token verification key"),

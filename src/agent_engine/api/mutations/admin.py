@@ -27,6 +27,7 @@ from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, shown_user
 from agent_engine.db import catalog
 from agent_engine.db.models.agents import ADMIN_PAUSE_NOTE_MAX_CHARS
+from agent_engine.domain.credentials import credential_env_problem
 from agent_engine.runs import model_slots
 
 
@@ -91,7 +92,8 @@ class AdminMutation:
         if problem := admin_rules.provider_problem(input.provider):
             raise BadUserInput("input.provider", problem)
         base_url = checked_base_url("input.baseUrl", input.base_url)
-        if problem := admin_rules.api_key_env_problem(input.api_key_env):
+        prefixes = services(info)["settings"].credential_prefixes
+        if problem := credential_env_problem(input.api_key_env, allowed_prefixes=prefixes):
             raise BadUserInput("input.apiKeyEnv", problem)
         limit = input.max_concurrent_runs
         if limit is not strawberry.UNSET and (
@@ -112,9 +114,7 @@ class AdminMutation:
         async with transaction(info) as conn:
             # Under the credential-names lock: a target saved at the same moment is seen.
             if problem := await credential_rules.credential_key_problem(
-                conn,
-                input.api_key_env,
-                allowed_prefixes=services(info)["settings"].credential_prefixes,
+                conn, input.api_key_env, allowed_prefixes=prefixes
             ):
                 raise BadUserInput("input.apiKeyEnv", problem)
             saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)

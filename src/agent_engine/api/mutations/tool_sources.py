@@ -86,8 +86,12 @@ class ToolSourceMutation:
                     "enabled": input.enabled,
                 },
             )
+        settings = services(info)["settings"]
         await sync_source(
-            services(info)["engine"], saved, seconds=services(info)["settings"].tool_timeout_seconds
+            services(info)["engine"],
+            saved,
+            seconds=settings.tool_timeout_seconds,
+            allowed_prefixes=settings.credential_prefixes,
         )
         return await _fresh(info, saved)
 
@@ -101,10 +105,12 @@ class ToolSourceMutation:
         viewer = info.context.require_admin()
         source_id = parse_id(id, "id")
         await _fresh(info, source_id)
+        settings = services(info)["settings"]
         result = await sync_source(
             services(info)["engine"],
             source_id,
-            seconds=services(info)["settings"].tool_timeout_seconds,
+            seconds=settings.tool_timeout_seconds,
+            allowed_prefixes=settings.credential_prefixes,
         )
         async with transaction(info) as conn:
             await audit.record(
