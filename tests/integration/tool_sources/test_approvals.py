@@ -71,8 +71,10 @@ async def parked(gql: Gql, run_id: str, *, as_user: int) -> dict[str, Any]:
         run = await run_view(gql, run_id, as_user=as_user)
         return run if run["pendingApproval"] else None
 
-    found: dict[str, Any] = await eventually(probe, what=f"run {run_id} to park")
-    return found
+    await eventually(probe, what=f"run {run_id} to park")
+    # Read again, now that the park has committed: the probe's run row and its approval come from
+    # two statements, and the row may predate the park (tokens not yet written).
+    return await run_view(gql, run_id, as_user=as_user)
 
 
 async def start_write(mcp: Scene, *, final: str = "done") -> tuple[McpAgent, str]:
