@@ -131,7 +131,7 @@ class _LoopState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    def checkpoint(self, call: ToolCall, rest: list[ToolCall], step: int) -> dict[str, Any]:
+    def checkpoint(self, call: ToolCall, rest: list[ToolCall]) -> dict[str, Any]:
         return {
             "version": 1,
             "messages": self.messages,
@@ -142,7 +142,6 @@ class _LoopState:
             "completion_tokens": self.completion_tokens,
             "call": _call_json(call),
             "calls": [_call_json(c) for c in rest],
-            "next_step_index": step + 1,
         }
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
@@ -447,7 +446,7 @@ class Runtime:
                 checked = self._checked_arguments(spec, call)
                 if isinstance(checked, dict):
                     # Checked before the owner is asked: they approve a call that can be made.
-                    checkpoint = loop.checkpoint(call, calls[position + 1 :], step)
+                    checkpoint = loop.checkpoint(call, calls[position + 1 :])
                     return RunOutcome(
                         PARKED,
                         None,
