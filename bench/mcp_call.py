@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from agent_engine.db.engine import create_engine_for_url
+from agent_engine.embedded import free_port
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.loop import Runtime
 from agent_engine.runtime.providers.base import ToolCall
@@ -48,12 +48,6 @@ NAME = "mcp_call"
 SEARCH = "tickets__search_tickets"
 SEARCH_ARGUMENTS = '{"query": "vpn"}'
 CALC_ARGUMENTS = '{"expression": "6 * 7"}'
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _wait_listening(port: int, process: Process, within: float = 30.0) -> None:
@@ -107,7 +101,7 @@ async def run(bench: Bench) -> ScenarioResult:
     result = ScenarioResult(NAME, TITLE)
     rounds, per_round = (5, 40) if bench.quick else (10, 100)
     env = bench.env(bench.settings(bench.database_url("postgres"), bench.redis_base_url))
-    mcp_port = _free_port()
+    mcp_port = free_port()
     processes = [
         Process(
             python_module_command("agent_engine.testing.mcp_tickets", "--port", str(mcp_port)),

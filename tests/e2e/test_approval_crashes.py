@@ -9,7 +9,6 @@ and the server has seen it once, whatever messages and ticks follow.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     fake_openai,
     fetch,
     invariant_violations,
+    more_ticks,
     stack,
     token,
 )
@@ -94,6 +94,29 @@ async def _run(engine: AsyncEngine, run_id: str) -> dict[str, Any]:
     return row
 
 
+async def _stale_enough(engine: AsyncEngine, run_id: str, stale_after_seconds: float) -> bool:
+    [row] = await fetch(
+        engine,
+        "SELECT heartbeat_at < now() - make_interval(secs => :s) AS stale"
+        " FROM agent_runs WHERE id = :i",
+        s=stale_after_seconds,
+        i=int(run_id),
+    )
+    return bool(row["stale"])
+
+
+async def _barrier_run(
+    engine: AsyncEngine, client: Client, factories: Factories, fake: FakeOpenAIServer
+) -> None:
+    """A run of another agent of the owner, started after what came before and ended."""
+    owner = (await client.data("{ viewer { user { id } } }"))["viewer"]["user"]["id"]
+    model = await fake_model(factories, fake)
+    agent = await factories.agent(user_id=int(owner), model_id=model["id"])
+    fake.enqueue(text_reply("barrier"))
+    barrier = (await client.data(START, {"id": str(agent["id"])}))["startRun"]["id"]
+    await eventually(lambda: all_terminal(engine, [int(barrier)]), within=60, what="the barrier")
+
+
 async def test_sigkill_while_parked_the_run_finishes_on_another_worker_with_one_call(
     engine: AsyncEngine,
     factories: Factories,
@@ -106,9 +129,17 @@ async def test_sigkill_while_parked_the_run_finishes_on_another_worker_with_one_
     client, run_id, approval_id = await _parked_run(stack, factories, fake_openai, tickets)
     try:
         victim.kill()
-        # The parked run has no heartbeat to miss: several reap ticks leave it waiting.
-        await asyncio.sleep(4.0)
+        # The parked run has no heartbeat to miss: once its last one is older than the stale
+        # limit, two reap ticks (run by a second worker, with nothing to resume yet) leave it
+        # waiting.
+        survivor = stack.worker(threads=2)
+        await eventually(
+            lambda: _stale_enough(engine, run_id, stack.settings.stale_after_seconds),
+            what="the parked run's last heartbeat to be older than the stale limit",
+        )
+        await more_ticks(engine, 2, tick="reap")
         assert (await _run(engine, run_id))["state"] == "running"
+        survivor.kill()
         # Decided while no worker runs at all: the message waits in the broker.
         assert (await client.data(DECIDE, {"id": approval_id}))["decideToolCall"] == {
             "status": "APPROVED"
@@ -148,13 +179,15 @@ async def test_sigkill_during_the_approved_call_is_never_followed_by_a_second_ca
         await eventually(lambda: all_terminal(engine, [int(run_id)]), within=60, what="the run")
         row = await _run(engine, run_id)
         assert (row["state"], row["reason"]) == ("failed", "stale")
-        # More ticks and a re-sent message change nothing.
+        # More ticks and a re-sent message change nothing: two reap ticks (they also sweep the
+        # approvals) and a run sent after the message, ended, are the barrier.
         configure_broker(stack.settings)
         try:
             enqueue_execute(int(run_id))
         finally:
             close_broker()
-        await asyncio.sleep(3.0)
+        await more_ticks(engine, 2, tick="reap")
+        await _barrier_run(engine, client, factories, fake_openai)
         assert len(tickets.calls_of("create_ticket")) == 1
         assert (await _run(engine, run_id))["state"] == "failed"
         assert await invariant_violations(engine) == []

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.rows import AnyRow, columns
+from agent_engine.db.run_steps import END_PENDING_STEP
 
 CHANNEL = "tool_approval_events"
 
@@ -89,11 +90,8 @@ PARK_RUN = text(
     " WHERE id = :run_id AND state = 'running' AND parked_at IS NULL"
     " RETURNING agent_id, (SELECT user_id FROM agents WHERE id = agent_runs.agent_id) AS owner_id"
 )
-END_STEP = text(
-    "UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
-    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
-    " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
-)
+# The parking tool call's step: its end (the arguments' check) waits in the recorder.
+END_STEP = text(END_PENDING_STEP)
 INSERT_APPROVAL = text(
     "INSERT INTO tool_approvals (run_id, agent_id, owner_id, step_index, tool_id, tool_name,"
     " input, expires_at, checkpoint)"
@@ -149,9 +147,6 @@ CLOSE_STEP = text(
     " WHERE run_id = :run_id AND index = :index AND finished_at IS NULL"
 )
 SELECT_APPROVAL = text(f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE id = :id")
-APPROVALS_BY_ID = text(
-    f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE id = ANY(CAST(:ids AS bigint[]))"
-)
 PENDING_OF_RUNS = text(
     f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals"
     " WHERE run_id = ANY(CAST(:ids AS bigint[])) AND status = 'pending'"
@@ -284,11 +279,6 @@ async def cancel_pending(
 async def fetch(conn: AsyncConnection, approval_id: int) -> ApprovalRow | None:
     row = (await conn.execute(SELECT_APPROVAL, {"id": approval_id})).one_or_none()
     return None if row is None else ApprovalRow.from_row(row)
-
-
-async def approvals_by_id(conn: AsyncConnection, ids: Sequence[int]) -> list[ApprovalRow]:
-    rows = await conn.execute(APPROVALS_BY_ID, {"ids": list(ids)})
-    return [ApprovalRow.from_row(row) for row in rows]
 
 
 async def pending_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[ApprovalRow]:

@@ -29,13 +29,18 @@ START_STEP = (
     " SELECT id, $8, $9, $10, $11::jsonb, $12 FROM run"
 )
 
+# The step end still waiting (`StepRecorder.take_pending()`'s parameters), written once.
+END_PENDING_STEP = (
+    "UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
+    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
+    " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
+)
+
 # Opens the run's finish statement (`db.runs.FINISH`): the step end still waiting, if any,
 # written in the same statement as the finish and only if that finish applies (the run was
 # running).
 FINISH_STEP_CTE = (
-    "WITH ended AS (UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
-    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
-    " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
+    f"WITH ended AS ({END_PENDING_STEP}"
     " AND EXISTS (SELECT 1 FROM agent_runs WHERE id = :run_id AND state = 'running')) "
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,7 +78,6 @@ UPSERT_SOURCE_TOOL = text(
     ON CONFLICT (source_id, remote_name) DO UPDATE SET
         name = EXCLUDED.name, description = EXCLUDED.description,
         input_schema = EXCLUDED.input_schema, access = EXCLUDED.access
-    RETURNING id
     """
 )
 TAKEN_NAMES = text(
@@ -160,20 +160,22 @@ async def write_sync(
     conn: AsyncConnection, source_id: int, entries: Sequence[CatalogEntry], error: str | None
 ) -> None:
     """The source's tools become `entries`: new ones join (not allowed), known ones are updated
-    (keeping agents_allowed), vanished ones leave the catalog (their agents' links cascade)."""
-    import json
-
-    for entry in entries:
+    (keeping agents_allowed), vanished ones leave the catalog (their agents' links cascade).
+    The upserts go as one batch (executemany), not a round trip per tool."""
+    if entries:
         await conn.execute(
             UPSERT_SOURCE_TOOL,
-            {
-                "name": entry.name,
-                "description": entry.description,
-                "source_id": source_id,
-                "remote_name": entry.remote_name,
-                "input_schema": json.dumps(entry.input_schema),
-                "access": entry.access,
-            },
+            [
+                {
+                    "name": entry.name,
+                    "description": entry.description,
+                    "source_id": source_id,
+                    "remote_name": entry.remote_name,
+                    "input_schema": json.dumps(entry.input_schema),
+                    "access": entry.access,
+                }
+                for entry in entries
+            ],
         )
     await conn.execute(
         DELETE_VANISHED, {"source_id": source_id, "keep": [e.remote_name for e in entries]}

@@ -110,11 +110,9 @@ async def _execute(
     if resumed is None:
         transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn, first_step_written=True)
     else:
+        # The steps go on after the parked call's (the last one written before parking).
         transcript = steps.StepRecorder(
-            engine,
-            run_id,
-            now_fn=now_fn,
-            next_index=int(resumed.checkpoint.get("next_step_index", resumed.step_index + 1)),
+            engine, run_id, now_fn=now_fn, next_index=resumed.step_index + 1
         )
         resume = Resume(
             checkpoint=resumed.checkpoint,

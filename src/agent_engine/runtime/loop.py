@@ -131,7 +131,7 @@ class _LoopState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    def checkpoint(self, call: ToolCall, rest: list[ToolCall], step: int) -> dict[str, Any]:
+    def checkpoint(self, call: ToolCall, rest: list[ToolCall]) -> dict[str, Any]:
         return {
             "version": 1,
             "messages": self.messages,
@@ -142,7 +142,6 @@ class _LoopState:
             "completion_tokens": self.completion_tokens,
             "call": _call_json(call),
             "calls": [_call_json(c) for c in rest],
-            "next_step_index": step + 1,
         }
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
@@ -444,10 +443,10 @@ class Runtime:
             spec = tools.get(call.name)
             error: str | None
             if spec is not None and spec.mcp is not None and spec.mcp.needs_approval:
-                checked = self._checked_arguments(tools, spec, call)
+                checked = self._checked_arguments(spec, call)
                 if isinstance(checked, dict):
                     # Checked before the owner is asked: they approve a call that can be made.
-                    checkpoint = loop.checkpoint(call, calls[position + 1 :], step)
+                    checkpoint = loop.checkpoint(call, calls[position + 1 :])
                     return RunOutcome(
                         PARKED,
                         None,
@@ -478,16 +477,18 @@ class Runtime:
         return None
 
     def _checked_arguments(
-        self, tools: dict[str, ToolSpec], spec: ToolSpec, call: ToolCall
+        self, spec: ToolSpec, call: ToolCall
     ) -> dict[str, Any] | tuple[str, str]:
-        """The call's arguments checked against the tool's schema, or the refusal (the result
-        the model sees, the error for the transcript)."""
+        """The call's arguments checked against the tool's schema (an MCP tool's JSON Schema in
+        full, a built-in tool's flat one with coercion), or the refusal (the result the model
+        sees, the error for the transcript)."""
         try:
             raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
+        check = check_arguments if spec.mcp is not None else validate_arguments
         try:
-            return check_arguments(spec.parameters, raw)
+            return check(spec.parameters, raw)
         except ToolError as exc:
             text, _ = _tool_error(str(exc))
             return truncate(text, self._max_tool_result_chars), truncate(str(exc), MAX_ERROR_CHARS)
@@ -566,15 +567,10 @@ class Runtime:
             return _tool_error(
                 f"unknown tool '{call.name}'; the available tools are {', '.join(sorted(tools))}"
             )
+        arguments = self._checked_arguments(spec, call)
+        if not isinstance(arguments, dict):
+            return arguments
         try:
-            raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
-        try:
-            if spec.mcp is not None:
-                arguments = check_arguments(spec.parameters, raw)
-            else:
-                arguments = validate_arguments(spec.parameters, raw)
             async with asyncio.timeout(self._tool_timeout_seconds):
                 result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:

@@ -326,10 +326,6 @@ class SessionPool:
                 del self._sessions[(url, token)]
         await pooled.aclose()
 
-    @property
-    def open_sessions(self) -> int:
-        return sum(1 for pooled in self._sessions.values() if not pooled.broken)
-
     async def aclose(self) -> None:
         sessions = list(self._sessions.values())
         self._sessions.clear()

@@ -4,11 +4,15 @@ to register it as an admin."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import dramatiq
 import pytest
 
+from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.testing.mcp_tickets import TicketServer
+from tests.integration.runs.support import FakeAgent
 from tests.integration.runs.transcript.support import Gql
 from tests.support.factories import Factories
 
@@ -90,3 +94,67 @@ async def mcp_agent(
             ATTACH, {"agent": str(agent["id"]), "tool": tool_id}, as_user=int(agent["user_id"])
         )
     return agent, tool_ids
+
+
+@dataclass
+class McpAgent:
+    """An agent of `Scene.agent`: its row, its owner's id and the ticket tools' ids by name."""
+
+    row: dict[str, Any]
+    tools: dict[str, str]
+
+    @property
+    def id(self) -> str:
+        return str(self.row["id"])
+
+    @property
+    def owner(self) -> int:
+        return int(self.row["user_id"])
+
+
+@dataclass
+class Scene:
+    """One test's world of MCP runs: the admin, the API, the ticket server, the fake model, and
+    the worker running (the `mcp` fixture starts it)."""
+
+    admin: Admin
+    gql: Gql
+    tickets: TicketServer
+    fake_openai: FakeOpenAIServer
+    fake_agent: FakeAgent
+
+    async def agent(self, **values: Any) -> McpAgent:
+        """A new agent on the fake model with both ticket tools allowed and attached."""
+        row, tools = await mcp_agent(self.admin, self.gql, self.tickets, self.fake_agent, **values)
+        return McpAgent(row, tools)
+
+    async def start(self, agent: McpAgent) -> str:
+        return await self.gql.start(agent.id, as_user=agent.owner)
+
+    async def finished(self, agent: McpAgent) -> dict[str, Any]:
+        """A new run of the agent, once it has ended (with its steps)."""
+        return await self.gql.finished_run(await self.start(agent), as_user=agent.owner)
+
+    def tool_messages(self, request: int = 1) -> list[str]:
+        """What the model heard as tool results in its `request`-th call (counting from 0)."""
+        messages = self.fake_openai.requests[request]["messages"]
+        return [m["content"] for m in messages if m["role"] == "tool"]
+
+    async def barrier(self) -> None:
+        """A run of another agent, ended: the messages queued before it have been handled."""
+        self.fake_openai.enqueue(text_reply("barrier"))
+        other = await self.fake_agent()
+        owner = int(other["user_id"])
+        await self.gql.finished_run(await self.gql.start(other["id"], as_user=owner), as_user=owner)
+
+
+@pytest.fixture
+def mcp(
+    admin: Admin,
+    gql: Gql,
+    tickets: TicketServer,
+    fake_openai: FakeOpenAIServer,
+    fake_agent: FakeAgent,
+    worker: dramatiq.Worker,
+) -> Scene:
+    return Scene(admin, gql, tickets, fake_openai, fake_agent)

@@ -7,22 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import dramatiq
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.runs import approvals
 from agent_engine.settings import Settings
-from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, text_reply, tool_reply
-from agent_engine.testing.mcp_tickets import TicketServer
+from agent_engine.testing.fake_openai import FakeToolCall, text_reply, tool_reply
 from agent_engine.workers.actors import worker_context
 from agent_engine.workers.broker import enqueue_execute
 from tests.integration.api.subscriptions.support import Server, acknowledged_client
-from tests.integration.runs.support import FakeAgent, eventually, fetch
+from tests.integration.runs.support import eventually, fetch
 from tests.integration.runs.transcript.support import CANCEL, Gql, error_code
 from tests.integration.tool_sources.conftest import ATTACH as ATTACH_TOOL
-from tests.integration.tool_sources.conftest import Admin, mcp_agent
+from tests.integration.tool_sources.conftest import McpAgent, Scene
 from tests.support.factories import Factories
 
 CREATE = "tickets__create_ticket"
@@ -73,21 +71,17 @@ async def parked(gql: Gql, run_id: str, *, as_user: int) -> dict[str, Any]:
         run = await run_view(gql, run_id, as_user=as_user)
         return run if run["pendingApproval"] else None
 
-    found: dict[str, Any] = await eventually(probe, what=f"run {run_id} to park")
-    return found
+    await eventually(probe, what=f"run {run_id} to park")
+    # Read again, now that the park has committed: the probe's run row and its approval come from
+    # two statements, and the row may predate the park (tokens not yet written).
+    return await run_view(gql, run_id, as_user=as_user)
 
 
-async def start_write(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    *,
-    final: str = "done",
-) -> tuple[dict[str, Any], dict[str, str], str]:
-    agent, tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    fake_openai.enqueue(
+async def start_write(mcp: Scene, *, final: str = "done") -> tuple[McpAgent, str]:
+    """A new agent's run whose model asks for a ticket to be made (a WRITE call), then says
+    `final`; (agent, run id)."""
+    agent = await mcp.agent()
+    mcp.fake_openai.enqueue(
         tool_reply(
             FakeToolCall(CREATE, {"title": "Renew the TLS certificate", "priority": "high"}),
             prompt_tokens=30,
@@ -95,21 +89,13 @@ async def start_write(
         ),
         text_reply(final),
     )
-    run_id = await gql.start(agent["id"], as_user=int(agent["user_id"]))
-    return agent, tools, run_id
+    return agent, await mcp.start(agent)
 
 
-async def test_a_write_call_parks_until_approved_then_is_made_once(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-    factories: Factories,
-) -> None:
-    agent, _tools, run_id = await start_write(admin, gql, tickets, fake_openai, fake_agent)
-    owner = int(agent["user_id"])
+async def test_a_write_call_parks_until_approved_then_is_made_once(mcp: Scene) -> None:
+    gql, tickets, admin = mcp.gql, mcp.tickets, mcp.admin
+    agent, run_id = await start_write(mcp)
+    owner = agent.owner
 
     run = await parked(gql, run_id, as_user=owner)
 
@@ -118,7 +104,7 @@ async def test_a_write_call_parks_until_approved_then_is_made_once(
     assert pending["status"] == "PENDING"
     assert pending["input"] == {"title": "Renew the TLS certificate", "priority": "high"}
     assert pending["tool"] == {"name": CREATE, "access": "WRITE"}
-    assert pending["run"]["id"] == run_id and pending["agent"]["id"] == str(agent["id"])
+    assert pending["run"]["id"] == run_id and pending["agent"]["id"] == agent.id
     assert tickets.calls_of("create_ticket") == []
     # The tokens of the answered model call count while the run waits.
     assert run["tokensUsed"] == 34
@@ -126,7 +112,7 @@ async def test_a_write_call_parks_until_approved_then_is_made_once(
     assert worker_context().in_flight.running == 0
     again = await gql.data(
         "mutation($id: ID!) { startRun(agentId: $id) { state reason } }",
-        {"id": str(agent["id"])},
+        {"id": agent.id},
         as_user=owner,
     )
     assert again["startRun"] == {"state": "SKIPPED", "reason": "ALREADY_RUNNING"}
@@ -159,8 +145,7 @@ async def test_a_write_call_parks_until_approved_then_is_made_once(
     assert tool_step["approval"]["status"] == "APPROVED"
     assert tool_step["approval"]["note"] == "go ahead"
     # The model saw the server's answer as the tool's result.
-    tool_messages = [m for m in fake_openai.requests[1]["messages"] if m["role"] == "tool"]
-    assert tool_messages[0]["content"] == "created T-3: Renew the TLS certificate"
+    assert mcp.tool_messages()[0] == "created T-3: Renew the TLS certificate"
     assert full["tokensUsed"] == 34 + 15
 
     # A decided approval is a CONFLICT; a re-sent message resumes nothing and calls nothing.
@@ -168,25 +153,14 @@ async def test_a_write_call_parks_until_approved_then_is_made_once(
     assert error_code(body) == "CONFLICT"
     for _ in range(3):
         enqueue_execute(int(run_id))
-    fake_openai.enqueue(text_reply("barrier"))
-    other = await fake_agent()
-    barrier = await gql.start(other["id"], as_user=int(other["user_id"]))
-    await gql.finished_run(barrier, as_user=int(other["user_id"]))
+    await mcp.barrier()
     assert len(tickets.calls_of("create_ticket")) == 1
 
 
-async def test_a_declined_call_is_never_made_and_the_model_hears_the_note(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-) -> None:
-    agent, _tools, run_id = await start_write(
-        admin, gql, tickets, fake_openai, fake_agent, final="understood"
-    )
-    owner = int(agent["user_id"])
+async def test_a_declined_call_is_never_made_and_the_model_hears_the_note(mcp: Scene) -> None:
+    gql = mcp.gql
+    agent, run_id = await start_write(mcp, final="understood")
+    owner = agent.owner
     pending = (await parked(gql, run_id, as_user=owner))["pendingApproval"]
 
     await gql.data(
@@ -195,25 +169,20 @@ async def test_a_declined_call_is_never_made_and_the_model_hears_the_note(
     finished = await gql.finished_run(run_id, as_user=owner)
 
     assert (finished["state"], finished["output"]) == ("SUCCEEDED", "understood")
-    assert tickets.calls_of("create_ticket") == []
-    heard = next(m for m in fake_openai.requests[1]["messages"] if m["role"] == "tool")
-    assert heard["content"] == "error: the owner declined this call; their note: not this week"
+    assert mcp.tickets.calls_of("create_ticket") == []
+    heard = mcp.tool_messages()[0]
+    assert heard == "error: the owner declined this call; their note: not this week"
     step = (await run_view(gql, run_id, as_user=owner))["steps"][1]
     assert step["approval"]["status"] == "DECLINED"
     assert step["error"] == "the owner declined this call; their note: not this week"
 
 
 async def test_an_unanswered_approval_expires_and_the_model_hears_a_decline(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-    engine: AsyncEngine,
+    mcp: Scene, engine: AsyncEngine
 ) -> None:
-    agent, _tools, run_id = await start_write(admin, gql, tickets, fake_openai, fake_agent)
-    owner = int(agent["user_id"])
+    gql = mcp.gql
+    agent, run_id = await start_write(mcp)
+    owner = agent.owner
     pending = (await parked(gql, run_id, as_user=owner))["pendingApproval"]
     # Its time is up (as if AGENT_ENGINE_APPROVAL_TIMEOUT_SECONDS had passed).
     async with engine.begin() as conn:
@@ -227,23 +196,16 @@ async def test_an_unanswered_approval_expires_and_the_model_hears_a_decline(
     finished = await gql.finished_run(run_id, as_user=owner)
 
     assert finished["state"] == "SUCCEEDED"
-    assert tickets.calls_of("create_ticket") == []
-    heard = next(m for m in fake_openai.requests[1]["messages"] if m["role"] == "tool")
-    assert "no decision before the approval expired" in heard["content"]
+    assert mcp.tickets.calls_of("create_ticket") == []
+    assert "no decision before the approval expired" in mcp.tool_messages()[0]
     body = await gql.body(DECIDE, {"id": pending["id"], "approve": True}, as_user=owner)
     assert error_code(body) == "CONFLICT"
 
 
-async def test_cancelling_a_parked_run_ends_it_and_its_approval(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-) -> None:
-    agent, _tools, run_id = await start_write(admin, gql, tickets, fake_openai, fake_agent)
-    owner = int(agent["user_id"])
+async def test_cancelling_a_parked_run_ends_it_and_its_approval(mcp: Scene) -> None:
+    gql = mcp.gql
+    agent, run_id = await start_write(mcp)
+    owner = agent.owner
     pending = (await parked(gql, run_id, as_user=owner))["pendingApproval"]
 
     cancelled = (await gql.data(CANCEL, {"id": run_id}, as_user=owner))["cancelRun"]
@@ -255,21 +217,13 @@ async def test_cancelling_a_parked_run_ends_it_and_its_approval(
     assert view["steps"][1]["approval"]["status"] == "CANCELLED"
     body = await gql.body(DECIDE, {"id": pending["id"], "approve": True}, as_user=owner)
     assert error_code(body) == "CONFLICT"
-    assert tickets.calls_of("create_ticket") == []
+    assert mcp.tickets.calls_of("create_ticket") == []
 
 
-async def test_only_the_owner_decides(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-    factories: Factories,
-) -> None:
-    agent, _tools, run_id = await start_write(admin, gql, tickets, fake_openai, fake_agent)
-    owner = int(agent["user_id"])
-    pending = (await parked(gql, run_id, as_user=owner))["pendingApproval"]
+async def test_only_the_owner_decides(mcp: Scene, factories: Factories) -> None:
+    gql, admin = mcp.gql, mcp.admin
+    agent, run_id = await start_write(mcp)
+    pending = (await parked(gql, run_id, as_user=agent.owner))["pendingApproval"]
     stranger = (await factories.user())["id"]
 
     as_admin = await gql.body(
@@ -282,37 +236,32 @@ async def test_only_the_owner_decides(
     assert (await gql.data(APPROVALS, as_user=stranger))["toolApprovals"]["edges"] == []
     seen = (await gql.data(APPROVALS, as_user=admin.id, admin=True))["toolApprovals"]["edges"]
     assert [(e["node"]["id"], e["node"]["input"]) for e in seen] == [(pending["id"], None)]
-    assert tickets.calls_of("create_ticket") == []
+    assert mcp.tickets.calls_of("create_ticket") == []
 
 
 async def test_an_auto_approved_write_tool_runs_without_asking(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-    factories: Factories,
+    mcp: Scene, factories: Factories
 ) -> None:
-    agent, tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
-    variables = {"agent": str(agent["id"]), "tool": tools[CREATE], "auto": True}
+    gql, admin = mcp.gql, mcp.admin
+    agent = await mcp.agent()
+    owner = agent.owner
+    variables = {"agent": agent.id, "tool": agent.tools[CREATE], "auto": True}
     set_auto = await gql.data(AUTO, variables, as_user=owner)
     assert set_auto["setToolAutoApproved"]["autoApprovedTools"] == [{"name": CREATE}]
-    fake_openai.enqueue(
+    mcp.fake_openai.enqueue(
         tool_reply(FakeToolCall(CREATE, {"title": "Rotate keys"})), text_reply("opened")
     )
 
-    run_id = await gql.start(agent["id"], as_user=owner)
+    run_id = await mcp.start(agent)
     finished = await gql.finished_run(run_id, as_user=owner)
 
     assert finished["state"] == "SUCCEEDED"
-    assert len(tickets.calls_of("create_ticket")) == 1
+    assert len(mcp.tickets.calls_of("create_ticket")) == 1
     step = (await run_view(gql, run_id, as_user=owner))["steps"][1]
     assert step["approval"] is None and step["output"].startswith("created")
 
     # READ tools never wait; tools outside the selection cannot be auto-approved.
-    read = {**variables, "tool": tools["tickets__search_tickets"]}
+    read = {**variables, "tool": agent.tools["tickets__search_tickets"]}
     body = await gql.body(AUTO, read, as_user=owner)
     assert error_code(body) == "BAD_USER_INPUT"
     assert body["errors"][0]["extensions"]["field"] == "toolId"
@@ -324,23 +273,18 @@ async def test_an_auto_approved_write_tool_runs_without_asking(
 
 
 async def test_bad_arguments_are_refused_without_asking_the_owner(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-    engine: AsyncEngine,
+    mcp: Scene, engine: AsyncEngine
 ) -> None:
-    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
-    fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": ""})), text_reply("could not"))
+    agent = await mcp.agent()
+    mcp.fake_openai.enqueue(
+        tool_reply(FakeToolCall(CREATE, {"title": ""})), text_reply("could not")
+    )
 
-    finished = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+    finished = await mcp.finished(agent)
 
     assert finished["state"] == "SUCCEEDED"
     assert await fetch(engine, "SELECT id FROM tool_approvals") == []
-    step = (await run_view(gql, finished["id"], as_user=owner))["steps"][1]
+    step = (await run_view(mcp.gql, finished["id"], as_user=agent.owner))["steps"][1]
     assert "at title" in step["error"]
 
 
@@ -348,19 +292,13 @@ LIVE = "subscription { toolApprovals { id status input note tool { name } run { 
 
 
 async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
-    admin: Admin,
-    gql: Gql,
-    server: Server,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-    factories: Factories,
+    mcp: Scene, server: Server, factories: Factories
 ) -> None:
-    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
+    gql, admin = mcp.gql, mcp.admin
+    agent = await mcp.agent()
+    owner = agent.owner
     stranger = (await factories.user())["id"]
-    fake_openai.enqueue(
+    mcp.fake_openai.enqueue(
         tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
         text_reply("done"),
     )
@@ -376,7 +314,7 @@ async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
             return server.subscribers_of("toolApprovals") == 3
 
         await eventually(subscribed, what="three approval subscribers")
-        run_id = await gql.start(agent["id"], as_user=owner)
+        run_id = await mcp.start(agent)
 
         requested = (await owner_ws.next_data("a"))["toolApprovals"]
         assert requested["status"] == "PENDING" and requested["run"]["id"] == run_id
@@ -392,26 +330,22 @@ async def test_approvals_are_seen_live_by_their_owner_and_the_admins_only(
         assert (await admin_ws.next_data("a"))["toolApprovals"]["status"] == "APPROVED"
         await gql.finished_run(run_id, as_user=owner)
         # The stranger heard nothing of it (a barrier: their own next event arrives first).
-        other_agent = await fake_agent(user_id=stranger)
+        other_agent = await mcp.fake_agent(user_id=stranger)
         await gql.data(
-            ATTACH_TOOL, {"agent": str(other_agent["id"]), "tool": _tools[CREATE]}, as_user=stranger
+            ATTACH_TOOL,
+            {"agent": str(other_agent["id"]), "tool": agent.tools[CREATE]},
+            as_user=stranger,
         )
-        fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": "Mine"})))
+        mcp.fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": "Mine"})))
         await gql.start(other_agent["id"], as_user=stranger)
         own = (await stranger_ws.next_data("a"))["toolApprovals"]
         assert own["input"] == {"title": "Mine"}
 
 
-async def test_messages_racing_to_resume_one_decision_make_one_call(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
-) -> None:
-    agent, _tools, run_id = await start_write(admin, gql, tickets, fake_openai, fake_agent)
-    owner = int(agent["user_id"])
+async def test_messages_racing_to_resume_one_decision_make_one_call(mcp: Scene) -> None:
+    gql = mcp.gql
+    agent, run_id = await start_write(mcp)
+    owner = agent.owner
     pending = (await parked(gql, run_id, as_user=owner))["pendingApproval"]
 
     await gql.data(DECIDE, {"id": pending["id"], "approve": True}, as_user=owner)
@@ -420,11 +354,8 @@ async def test_messages_racing_to_resume_one_decision_make_one_call(
     finished = await gql.finished_run(run_id, as_user=owner)
 
     assert finished["state"] == "SUCCEEDED"
-    fake_openai.enqueue(text_reply("barrier"))
-    other = await fake_agent()
-    barrier = await gql.start(other["id"], as_user=int(other["user_id"]))
-    await gql.finished_run(barrier, as_user=int(other["user_id"]))
-    assert len(tickets.calls_of("create_ticket")) == 1
+    await mcp.barrier()
+    assert len(mcp.tickets.calls_of("create_ticket")) == 1
     kinds = [s["kind"] for s in (await run_view(gql, run_id, as_user=owner))["steps"]]
     assert kinds == ["MODEL_CALL", "TOOL_CALL", "MODEL_CALL"]
 
@@ -434,24 +365,18 @@ RUN_EVENTS = """subscription($agent: ID) { runEvents(agentId: $agent) {
 
 
 async def test_run_events_show_the_run_waiting_and_then_going_on(
-    admin: Admin,
-    gql: Gql,
-    server: Server,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    mcp: Scene, server: Server
 ) -> None:
-    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
-    fake_openai.enqueue(
+    agent = await mcp.agent()
+    owner = agent.owner
+    mcp.fake_openai.enqueue(
         tool_reply(FakeToolCall(CREATE, {"title": "Renew the TLS certificate"})),
         text_reply("done"),
     )
-    async with acknowledged_client(server, gql.token(owner)) as ws:
-        await ws.subscribe("e", RUN_EVENTS, {"agent": str(agent["id"])})
+    async with acknowledged_client(server, mcp.gql.token(owner)) as ws:
+        await ws.subscribe("e", RUN_EVENTS, {"agent": agent.id})
         await server.wait_subscribers(1)
-        run_id = await gql.start(agent["id"], as_user=owner)
+        run_id = await mcp.start(agent)
 
         async def next_event() -> dict[str, Any]:
             event: dict[str, Any] = (await ws.next_data("e"))["runEvents"]
@@ -465,7 +390,7 @@ async def test_run_events_show_the_run_waiting_and_then_going_on(
         ]
         waiting = seen[2]["run"]["pendingApproval"]
         assert waiting is not None and waiting["status"] == "PENDING"
-        await gql.data(DECIDE, {"id": waiting["id"], "approve": True}, as_user=owner)
+        await mcp.gql.data(DECIDE, {"id": waiting["id"], "approve": True}, as_user=owner)
         resumed = await next_event()
         assert (resumed["run"]["state"], resumed["run"]["pendingApproval"]) == ("RUNNING", None)
         finished = await next_event()

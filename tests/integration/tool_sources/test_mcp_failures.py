@@ -3,15 +3,12 @@ run fails naming the tool (never the URL), within the tool timeout, and the next
 
 from __future__ import annotations
 
-import dramatiq
 import pytest
 
 from agent_engine.settings import Settings
-from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, text_reply, tool_reply
-from agent_engine.testing.mcp_tickets import TicketServer
-from tests.integration.runs.support import FakeAgent, eventually
-from tests.integration.runs.transcript.support import Gql
-from tests.integration.tool_sources.conftest import Admin, mcp_agent
+from agent_engine.testing.fake_openai import FakeToolCall, text_reply, tool_reply
+from tests.integration.runs.support import eventually
+from tests.integration.tool_sources.conftest import Scene
 
 SEARCH = "tickets__search_tickets"
 
@@ -22,70 +19,52 @@ def settings(settings: Settings) -> Settings:
 
 
 async def test_a_hanging_server_fails_the_run_within_the_tool_timeout_and_recovers(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    mcp: Scene,
 ) -> None:
-    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
-    tickets.hold()
-    fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
+    agent = await mcp.agent()
+    mcp.tickets.hold()
+    mcp.fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
 
-    run = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+    run = await mcp.finished(agent)
 
     assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
     assert run["error"] == f"tool {SEARCH} failed: no answer within 1 s"
-    tickets.release()
-    fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})), text_reply("ok"))
-    again = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+    mcp.tickets.release()
+    mcp.fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})), text_reply("ok"))
+    again = await mcp.finished(agent)
     assert again["state"] == "SUCCEEDED"
     assert again["steps"][1]["output"] == "T-1 [high] VPN drops every hour"
 
 
 async def test_a_server_that_goes_away_mid_call_fails_the_run_naming_the_tool(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    mcp: Scene,
 ) -> None:
-    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
-    url = tickets.url
-    tickets.hold()
-    fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
-    run_id = await gql.start(agent["id"], as_user=owner)
+    agent = await mcp.agent()
+    url = mcp.tickets.url
+    mcp.tickets.hold()
+    mcp.fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
+    run_id = await mcp.start(agent)
 
     async def called() -> bool:
-        return len(tickets.calls) == 1
+        return len(mcp.tickets.calls) == 1
 
     await eventually(called, what="the call to reach the server")
-    tickets.stop()  # the connection drops with the call in flight
+    mcp.tickets.stop()  # the connection drops with the call in flight
 
-    run = await gql.finished_run(run_id, as_user=owner)
+    run = await mcp.gql.finished_run(run_id, as_user=agent.owner)
     assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
     assert run["error"].startswith(f"tool {SEARCH} failed:")
     assert url not in run["error"]
 
 
 async def test_a_result_over_the_size_limit_fails_the_run_with_a_clear_error(
-    admin: Admin,
-    gql: Gql,
-    tickets: TicketServer,
-    fake_openai: FakeOpenAIServer,
-    fake_agent: FakeAgent,
-    worker: dramatiq.Worker,
+    mcp: Scene,
 ) -> None:
-    agent, _tools = await mcp_agent(admin, gql, tickets, fake_agent)
-    owner = int(agent["user_id"])
-    tickets.state.result_chars = 10_000_000
-    fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
+    agent = await mcp.agent()
+    mcp.tickets.state.result_chars = 10_000_000
+    mcp.fake_openai.enqueue(tool_reply(FakeToolCall(SEARCH, {"query": "vpn"})))
 
-    run = await gql.finished_run(await gql.start(agent["id"], as_user=owner), as_user=owner)
+    run = await mcp.finished(agent)
 
     assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
     assert run["error"] == (

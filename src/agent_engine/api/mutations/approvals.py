@@ -19,9 +19,7 @@ from agent_engine.domain.mcp import ToolAccess
 from agent_engine.runs import approvals
 
 SET_AUTO_APPROVED = text(
-    "UPDATE agent_tools at SET auto_approved = :auto FROM tools t"
-    " WHERE at.agent_id = :agent_id AND at.tool_id = :tool_id AND t.id = at.tool_id"
-    " RETURNING t.access"
+    "UPDATE agent_tools SET auto_approved = :auto WHERE agent_id = :agent_id AND tool_id = :tool_id"
 )
 TOOL_ACCESS_IN_SELECTION = text(
     "SELECT t.access FROM agent_tools at JOIN tools t ON t.id = at.tool_id"

@@ -45,7 +45,7 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     handler: ToolHandler
-    # An MCP tool (runtime.tools.mcp.McpTool): called on its server, arguments checked against
+    # An MCP tool (`McpTool` below): called on its server, arguments checked against
     # its full JSON Schema; None for the engine's own tools.
     mcp: McpTool | None = None
 
