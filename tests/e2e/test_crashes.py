@@ -8,12 +8,13 @@ and a restarted clock fires each missed slot once.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
+from agent_engine.testing.fake_openai import FakeOpenAIServer, ScriptResult, text_reply
 from tests.e2e.support import (  # noqa: F401 (fixtures)
     Client,
     Stack,
@@ -36,7 +37,11 @@ pytestmark = pytest.mark.slow
 
 AGENTS = 16
 # Long enough that runs seen running are still running when the kill lands, even under load.
-MODEL_DELAY_SECONDS = 2.0
+MODEL_DELAY_SECONDS = 4.0
+# The first agents answer at once, so "some done while others still run" is a wide window and not
+# a moment the probe may miss: every run is in flight together on one worker.
+QUICK_AGENTS = 2
+QUICK_DELAY_SECONDS = 0.05
 START = "mutation($id: ID!) { startRun(agentId: $id) { id state reason } }"
 
 
@@ -67,8 +72,16 @@ async def test_sigkill_worker_mid_runs_every_run_terminal_none_twice_agents_run_
     fake_openai: FakeOpenAIServer,  # noqa: F811
     stack: Stack,  # noqa: F811
 ) -> None:
-    fake_openai.script(lambda _body: text_reply("ok", delay_seconds=MODEL_DELAY_SECONDS))
     owner, agents, markers = await _owners_agents(factories, fake_openai, AGENTS)
+    quick = markers[:QUICK_AGENTS]
+
+    def reply(body: dict[str, Any]) -> ScriptResult:
+        asked = str(body.get("messages"))
+        quick_one = any(marker in asked for marker in quick)
+        delay = QUICK_DELAY_SECONDS if quick_one else MODEL_DELAY_SECONDS
+        return text_reply("ok", delay_seconds=delay)
+
+    fake_openai.script(reply)
     api = await stack.api()
     victim = stack.worker(threads=4)
     client = Client(api.url or "", bearer=token(stack.settings, owner))
