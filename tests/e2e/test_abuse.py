@@ -1,13 +1,14 @@
 """Abuse of a real `agent-engine serve` process: hostile documents and transports.
 
-Each is refused quickly (well under QUICK_SECONDS) with an error that says what was wrong, and the
-server stays healthy: /healthz answers 200 after each, and a normal query still works.
+Each is refused with an error that says what was wrong, before any of it is executed (the code
+says which guard refused it: size, depth, aliases, cost, validation), and the server stays
+healthy: /healthz answers 200 after each, and a normal query still works. How fast a refusal is
+belongs to the benchmarks, not here: the client's timeout only keeps a hang from passing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -117,11 +118,7 @@ ABUSES = [
 async def _check(http: httpx.AsyncClient, url: str, abuse: Abuse, bearer: str) -> list[str]:
     """What went wrong with one abuse, if anything."""
     problems: list[str] = []
-    began = time.monotonic()
     response = await http.post(f"{url}/graphql", **abuse.request(bearer))
-    took = time.monotonic() - began
-    if took > QUICK_SECONDS:
-        problems.append(f"{abuse.name}: took {took:.2f}s")
     if response.status_code != abuse.status:
         problems.append(f"{abuse.name}: status {response.status_code}: {response.text[:300]}")
     else:
@@ -137,7 +134,7 @@ async def _check(http: httpx.AsyncClient, url: str, abuse: Abuse, bearer: str) -
     return problems
 
 
-async def test_hostile_documents_and_bodies_are_refused_quickly(
+async def test_hostile_documents_and_bodies_are_refused(
     factories: Factories,
     stack: Stack,  # noqa: F811
 ) -> None:
@@ -159,7 +156,7 @@ async def test_hostile_documents_and_bodies_are_refused_quickly(
     assert api.alive()
 
 
-async def test_a_thousand_duplicate_fields_are_refused_quickly(
+async def test_a_thousand_duplicate_fields_are_refused(
     factories: Factories,
     stack: Stack,  # noqa: F811
 ) -> None:
@@ -176,7 +173,7 @@ async def test_a_thousand_duplicate_fields_are_refused_quickly(
         assert await _check(http, api.url or "", abuse, token(stack.settings, OWNER)) == []
 
 
-async def test_nested_pages_are_refused_by_their_cost_quickly(
+async def test_nested_pages_are_refused_by_their_cost(
     factories: Factories,
     stack: Stack,  # noqa: F811
 ) -> None:
@@ -204,28 +201,24 @@ async def test_legacy_graphql_ws_and_a_subscription_flood_are_refused(
     url = api.url or ""
     bearer = token(stack.settings, OWNER)
     # The legacy `graphql-ws` subprotocol: not negotiated, and the socket is closed 4406.
-    began = time.monotonic()
     async with websocket(url, subprotocol=LEGACY_WS) as legacy:
         assert legacy.connection.subprotocol is None
         with pytest.raises(ConnectionClosed) as closed:
             await legacy.send({"type": "connection_init", "payload": {}})
             await legacy.receive()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4406
-    assert time.monotonic() - began < QUICK_SECONDS
 
     # A flood of subscriptions on one socket: the ones over the cap are refused one by one.
     cap = stack.settings.max_subscriptions_per_connection
     flood = cap * 5
     async with websocket(url) as ws:
         assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
-        began = time.monotonic()
         for number in range(flood):
             await ws.subscribe(str(number), BUDGET)
         replies = await ws.messages_for(QUICK_SECONDS)
         refused = [m for m in replies if m["type"] == "error"]
         assert len(refused) == flood - cap, replies[:3]
         assert all("limit" in m["payload"][0]["message"].lower() for m in refused)
-        assert time.monotonic() - began < QUICK_SECONDS * 2
         # The socket itself still works for the subscriptions within the cap.
         await ws.send({"type": "ping"})
         assert (await ws.receive())["type"] == "pong"
