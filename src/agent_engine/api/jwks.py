@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -151,12 +152,21 @@ class JwksKeys:
                 raise JwksUnavailable(self._last_error or "the key set could not be fetched")
 
     async def _fetch(self) -> dict[str, PyJWK]:
-        async with httpx.AsyncClient(timeout=self._timeout_seconds) as client:
-            response = await client.get(self.url, headers={"accept": "application/json"})
-        response.raise_for_status()
-        if len(response.content) > MAX_JWKS_BYTES:
-            raise ValueError(f"the key set is larger than {MAX_JWKS_BYTES} bytes")
-        data = response.json()
+        # Streamed under a cap and one deadline for the whole exchange: a provider (or whoever
+        # answers at its address) that sends an endless body, or trickles it, holds neither the
+        # api's memory nor its fetch slot.
+        body = bytearray()
+        async with (
+            asyncio.timeout(self._timeout_seconds),
+            httpx.AsyncClient(timeout=self._timeout_seconds) as client,
+            client.stream("GET", self.url, headers={"accept": "application/json"}) as response,
+        ):
+            response.raise_for_status()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_JWKS_BYTES:
+                    raise ValueError(f"the key set is larger than {MAX_JWKS_BYTES} bytes")
+        data = json.loads(body)
         if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
             raise ValueError("not a JWK set (no `keys` list)")
         keys: dict[str, PyJWK] = {}
@@ -179,7 +189,7 @@ class JwksKeys:
 def _describe(exc: Exception) -> str:
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return "no answer in time"
     if isinstance(exc, httpx.HTTPError):
         return f"unreachable ({type(exc).__name__})"
