@@ -300,6 +300,9 @@ def _text_claim(payload: dict[str, Any], name: str) -> str | None:
         raise Unauthenticated(
             f"invalid token: `{name}` must be a string of at most {MAX_CLAIM_CHARS} characters"
         )
+    if "\x00" in value:
+        # It lands in the users row, and PostgreSQL stores no NUL in text.
+        raise Unauthenticated(f"invalid token: `{name}` must not contain a NUL character")
     return value
 
 

@@ -184,3 +184,20 @@ async def test_dates_at_the_calendars_edges_are_bad_user_input(api: Api, instant
         admin=True,
     )
     assert bad_input_field(literal) == "windowStart", literal
+
+
+@pytest.mark.parametrize("claim", ["email", "name"])
+async def test_a_nul_in_a_signed_claim_is_unauthenticated_not_internal(
+    api: Api, factories: Factories, claim: str
+) -> None:
+    """A token signed by whoever holds the key (or an identity provider's user who typed one)
+    whose text claim holds NUL: the users row could not store it, so the token is refused."""
+    await factories.user(id=OWNER, email="kim@example.com")
+    bearer = api.token(OWNER, **{claim: "kim\x00@example.com"})
+    body = await api.body("{ viewer { user { id email } } }", token=bearer)
+    assert codes(body) == ["UNAUTHENTICATED"], body
+    message = body["errors"][0]["message"]
+    assert f"`{claim}`" in message and "NUL" in message
+    # Nothing stored changed, and the same user with a clean token is served.
+    fine = await api.data("{ viewer { user { id email } } }", as_user=OWNER)
+    assert fine == {"viewer": {"user": {"id": str(OWNER), "email": "kim@example.com"}}}
