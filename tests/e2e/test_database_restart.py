@@ -49,7 +49,8 @@ async def test_postgres_restart_readyz_reports_it_and_everything_recovers(
     if servers.embedded is None or servers.embedded.postgres is None:
         pytest.skip("needs the embedded PostgreSQL (DATABASE_URL points at a shared server)")
     postgres = servers.embedded.postgres
-    fake_openai.script(lambda _body: text_reply("ok", delay_seconds=1.0))
+    # Long enough that the runs seen running are still mid-flight when the database goes away.
+    fake_openai.script(lambda _body: text_reply("ok", delay_seconds=3.0))
     owner, agents = await owner_with_agents(factories, fake_openai, AGENTS)
     api = await stack.api()
     stack.worker(threads=4)
