@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -71,6 +72,22 @@ class Factories:
         values.setdefault("trigger", "manual")
         values.setdefault("state", "queued")
         return await self._insert("agent_runs", {"agent_id": agent_id, **values})
+
+    async def approval(self, run: dict[str, Any], **values: Any) -> dict[str, Any]:
+        """A tool approval of `run` (a row from `run`), pending unless told; expires in a day."""
+        async with self.engine.connect() as conn:
+            owner_id = (
+                await conn.execute(
+                    text("SELECT user_id FROM agents WHERE id = :id"), {"id": run["agent_id"]}
+                )
+            ).scalar_one()
+        values.setdefault("step_index", 1)
+        values.setdefault("tool_name", "tickets__create_ticket")
+        values.setdefault("expires_at", datetime.now(UTC) + timedelta(days=1))
+        return await self._insert(
+            "tool_approvals",
+            {"run_id": run["id"], "agent_id": run["agent_id"], "owner_id": owner_id, **values},
+        )
 
     async def setting(self, key: str, value: Any) -> None:
         async with self.engine.begin() as conn:

@@ -3,7 +3,8 @@
 - park: the run (still `running`) gets `parked_at`, its tokens so far and its last step end, and
   the approval row with the checkpoint -- one transaction, only while the run is running.
 - decide / expire / cancel: `pending` -> one other status, once.
-- resume: `parked_at` -> NULL once per decision (a second message finds nothing to resume).
+- resume: `parked_at` -> NULL once per decision (a second message finds nothing to resume),
+  when the run's model has a free slot (`runs.model_slots.admit_resume`).
 - the call: `call_started_at` NULL -> now() once; a worker that dies after it leaves the run to
   the reaper (failed as stale), never to a second call.
 """
@@ -100,6 +101,12 @@ INSERT_APPROVAL = text(
     " CAST(:checkpoint AS jsonb))"
     f" RETURNING {APPROVAL_COLUMNS}"
 )
+# A parked run whose newest approval is decided: it may resume (when its model has a slot).
+IS_DECIDED = text(
+    "SELECT 1 FROM agent_runs WHERE id = :run_id AND state = 'running' AND parked_at IS NOT NULL"
+    " AND (SELECT status FROM tool_approvals WHERE run_id = :run_id ORDER BY id DESC LIMIT 1)"
+    "   IN ('approved', 'declined', 'expired')"
+)
 # The run's newest approval once decided, taken by exactly one worker (the run row is locked by
 # the claim's read; parked_at goes NULL here).
 TAKE_PARKED = text(
@@ -127,13 +134,17 @@ EXPIRE_DUE = text(
     f" RETURNING {APPROVAL_COLUMNS}"
 )
 # Decided approvals whose run is still parked a while after the decision: the execute message
-# was lost (broker restart); send it again.
+# was lost (broker restart); send it again. Not the runs of a model with a limit: one of those may
+# be parked on purpose, waiting for a slot to resume, and the reaper's slot pass
+# (`db.model_slots.WAITING_WITH_FREE_SLOTS`, the same tick) sends it when there is one.
 UNRESUMED = text(
     "SELECT ap.run_id FROM tool_approvals ap JOIN agent_runs r ON r.id = ap.run_id"
     " WHERE r.state = 'running' AND r.parked_at IS NOT NULL"
     " AND ap.status IN ('approved', 'declined', 'expired')"
     " AND ap.decided_at < now() - make_interval(secs => :after_seconds)"
     " AND ap.id = (SELECT max(id) FROM tool_approvals WHERE run_id = ap.run_id)"
+    " AND NOT EXISTS (SELECT 1 FROM agent_models m"
+    "   WHERE m.id = r.model_id AND m.max_concurrent_runs IS NOT NULL)"
     " ORDER BY ap.run_id LIMIT :limit"
 )
 # cancelRun of a parked run: its approval is cancelled and the waiting step closed.
@@ -224,6 +235,10 @@ async def notify(conn: AsyncConnection, approval: ApprovalRow) -> None:
     """Tell the api processes (the `toolApprovals` subscription) at commit."""
     payload = json.dumps({"id": approval.id, "owner_id": approval.owner_id})
     await conn.execute(NOTIFY, {"channel": CHANNEL, "payload": payload})
+
+
+async def is_decided(conn: AsyncConnection, run_id: int) -> bool:
+    return (await conn.execute(IS_DECIDED, {"run_id": run_id})).first() is not None
 
 
 async def take_parked(conn: AsyncConnection, run_id: int) -> Decided | None:

@@ -1,9 +1,10 @@
 """Write tools that wait for the owner: parking a run, the owner's decision, expiry, resuming.
 
 A parked run stays `running` (it is still the agent's one unfinished run) but no worker holds it:
-no in-flight place, no heartbeat; the reaper and the wall-clock limit leave it alone. The decision
-(or expiry, swept by the clock's reap tick) re-enqueues it; any worker resumes it from the
-checkpoint. Every step is a compare-and-set in `db/approvals.py`.
+no in-flight place, no heartbeat, no slot of its model; the reaper and the wall-clock limit leave
+it alone. The decision (or expiry, swept by the clock's reap tick) re-enqueues it; any worker
+resumes it from the checkpoint — once its model has a free slot (`runs/model_slots.py`). Every
+step is a compare-and-set in `db/approvals.py`.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ async def decide(
 
 async def sweep(engine: AsyncEngine, *, enqueue: Enqueue, resend_after_seconds: float) -> int:
     """Expire overdue approvals and send their runs on (the model hears a decline); re-send the
-    runs whose decision's message was lost. Returns how many runs were sent."""
+    runs whose decision's message was lost — except a limited model's, which may wait for a slot
+    on purpose: the reaper's slot pass sends those when there is one. Returns how many runs were
+    sent."""
     async with engine.begin() as conn:
         expired = await approvals_db.expire_due(conn, limit=SWEEP_BATCH)
         for approval in expired:

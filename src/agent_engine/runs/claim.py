@@ -9,6 +9,10 @@ WHERE): one round trip instead of five. It needs the platform settings to comput
 and the cap, so it uses the ones this process saw last, and the statement itself checks that they
 are still the stored ones; when they are not (or the run is not a plain start), it writes nothing
 and the transaction below decides, as before.
+
+The same transaction takes back a parked run whose approval was decided (the decision's message):
+it resumes only when the model it started on has a free slot (`model_slots.admit_resume`), else
+it stays parked with its decision, and the next slot handed on is its.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
@@ -44,8 +49,10 @@ def utc_now() -> datetime:
 class Claim:
     """What the claim did with a queued run.
 
-    `state`: RUNNING — ours to execute (`context` set); QUEUED — left waiting for a slot of its
-    model; SKIPPED / FAILED — ended at the claim; None — not queued any more (a duplicate message).
+    `state`: RUNNING — ours to execute (`context` set; `resumed` when a parked run goes on);
+    QUEUED — left waiting for a slot of its model (a queued run; or a parked run whose decision
+    waits to resume: it stays parked); SKIPPED / FAILED — ended at the claim; None — nothing to
+    claim (a duplicate message).
     """
 
     run_id: int
@@ -143,17 +150,7 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
             return Claim(run_id, None)
         platform = _remember_platform(row.platform)
         if row.state == RunState.RUNNING:
-            # A parked run whose approval was decided: exactly one message takes it back.
-            decided = await approvals_db.take_parked(conn, run_id)
-            if decided is None:
-                return Claim(run_id, None)
-            return Claim(
-                run_id,
-                RunState.RUNNING,
-                context=run_context_from_row(row, platform=platform),
-                model_id=row.run_model_id,
-                resumed=decided,
-            )
+            return await _resume(conn, row, platform=platform)
         if row.state != RunState.QUEUED:
             return Claim(run_id, None)
         model_id = row.agent_model_id
@@ -185,7 +182,7 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
                     runs_sql.REQUEUE_FOR_MODEL, {"run_id": run_id, "model_id": model_id}
                 )
             log.info(
-                "run %s waits for a slot of model %s (%d running, %d queued ahead, limit %d)",
+                "run %s waits for a slot of model %s (%d running, %d waiting ahead, limit %d)",
                 run_id,
                 model_id,
                 admission.running,
@@ -204,3 +201,34 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
             model_id=model_id,
             model_limit=admission.limit,
         )
+
+
+async def _resume(conn: AsyncConnection, row: Row[Any], *, platform: PlatformSettings) -> Claim:
+    """A parked run whose approval was decided: exactly one message takes it back, when its
+    model (the one it started on) has a free slot; otherwise it stays parked, its decision kept,
+    and the message is dropped until a slot is handed on to it."""
+    run_id = int(row.run_id)
+    model_id = row.run_model_id
+    if not await approvals_db.is_decided(conn, run_id):
+        return Claim(run_id, None)  # still pending, resumed already, or no longer parked
+    admission = await model_slots.admit_resume(conn, model_id=model_id)
+    if not admission.admitted:
+        log.info(
+            "run %s waits for a slot of model %s to resume (%d running, limit %d)",
+            run_id,
+            model_id,
+            admission.running,
+            admission.limit,
+        )
+        return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
+    decided = await approvals_db.take_parked(conn, run_id)
+    if decided is None:
+        return Claim(run_id, None)
+    return Claim(
+        run_id,
+        RunState.RUNNING,
+        context=run_context_from_row(row, platform=platform),
+        model_id=model_id,
+        model_limit=admission.limit,
+        resumed=decided,
+    )

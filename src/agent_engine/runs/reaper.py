@@ -15,7 +15,9 @@
 Runs of a model with a concurrency limit may be queued because they wait for a slot, with no
 message in flight on purpose (`model_slots`): they are not re-sent blindly — the oldest of them
 get a message when their model has free slots — and they wait up to `slot_wait`, not
-`fail_after`, before they are failed as stale.
+`fail_after`, before they are failed as stale. The same pass sends the parked runs of such a
+model whose approval was decided `resend_after` ago and that wait for a slot to resume (first,
+within the free slots); they are never failed for waiting.
 """
 
 from __future__ import annotations

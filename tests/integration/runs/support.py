@@ -24,8 +24,10 @@ from agent_engine.runs.execute import RUN_TIMEOUT, execute_claimed
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.loop import Runtime
 from agent_engine.settings import Settings
+from agent_engine.testing.fake_openai import FakeOpenAIServer
 from agent_engine.workers.actors import RUNS_QUEUE, worker_context
 from agent_engine.workers.main import EngineWorker
+from tests.support.factories import Factories
 
 # Not AGENT_ENGINE_*: the engine never sends its own settings as a model key.
 FAKE_KEY_ENV = "AE_TEST_FAKE_OPENAI_KEY"
@@ -98,6 +100,19 @@ async def execute_run(
         run_timeout=run_timeout,
         enqueue=enqueue,
     )
+
+
+async def limited_model(factories: Factories, fake: FakeOpenAIServer, limit: int) -> int:
+    """A model on the fake OpenAI server with `max_concurrent_runs = limit`; its id."""
+    model = await factories.model(
+        name=f"Limited to {limit}",
+        provider="openai",
+        model="fake-model",
+        base_url=fake.base_url,
+        api_key_env=FAKE_KEY_ENV,
+        max_concurrent_runs=limit,
+    )
+    return int(model["id"])
 
 
 async def fetch(engine: AsyncEngine, sql: str, **params: Any) -> list[dict[str, Any]]:

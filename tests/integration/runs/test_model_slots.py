@@ -1,5 +1,7 @@
 """Per-model concurrency: the limit is held by PostgreSQL, waiting runs stay queued and start
-oldest first as slots free, without polling; the reaper neither re-sends nor fails them early."""
+oldest first as slots free, without polling; the reaper neither re-sends nor fails them early.
+Parked runs whose approval was decided wait for a slot too, ahead of the queued runs (the whole
+round trip with a real worker: tests/integration/tool_sources/test_approval_slots.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
 from agent_engine.domain.runs import RunState, RunTrigger
+from agent_engine.runs import approvals, model_slots
+from agent_engine.runs.claim import claim_run
 from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.runs.request import request_run
 from agent_engine.runtime.loop import Runtime
@@ -19,11 +23,11 @@ from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from agent_engine.workers.broker import enqueue_execute
 from agent_engine.workers.main import EngineWorker
 from tests.integration.runs.support import (
-    FAKE_KEY_ENV,
     FakeAgent,
     eventually,
     execute_run,
     fetch,
+    limited_model,
     run_row,
 )
 from tests.support.factories import Factories
@@ -33,18 +37,6 @@ BEAT = timedelta(seconds=0.2)
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-async def limited_model(factories: Factories, fake: FakeOpenAIServer, limit: int) -> int:
-    model = await factories.model(
-        name=f"Limited to {limit}",
-        provider="openai",
-        model="fake-model",
-        base_url=fake.base_url,
-        api_key_env=FAKE_KEY_ENV,
-        max_concurrent_runs=limit,
-    )
-    return int(model["id"])
 
 
 async def request(engine: AsyncEngine, agent_id: int, enqueue: Any = enqueue_execute) -> int:
@@ -191,6 +183,52 @@ async def test_the_reaper_hands_free_slots_to_the_oldest_waiting_runs_and_lets_t
     row = await run_row(engine, behind_busy)
     assert (row["state"], row["reason"]) == ("failed", "stale")
     assert "slot of its model" in row["error"]
+
+
+async def test_a_decided_parked_run_gets_the_next_slot_before_the_queued_runs(
+    engine: AsyncEngine, factories: Factories, fake_openai: FakeOpenAIServer
+) -> None:
+    model_id = await limited_model(factories, fake_openai, 1)
+    long_ago = now() - timedelta(hours=2)
+    # A parked run (it holds no slot) whose owner approved its call two minutes ago; its message
+    # is lost or was dropped while the slot was taken. A run queued before the decision.
+    parked_agent = await factories.agent(model_id=model_id)
+    parked = await factories.run(
+        parked_agent["id"],
+        model_id=model_id,
+        state="running",
+        started_at=long_ago,
+        heartbeat_at=long_ago,
+        parked_at=long_ago,
+    )
+    await factories.approval(
+        parked, status="approved", decided_at=now() - timedelta(minutes=2), checkpoint={}
+    )
+    queued_agent = await factories.agent(model_id=model_id)
+    queued = int(
+        (await factories.run(queued_agent["id"], model_id=model_id, created_at=long_ago))["id"]
+    )
+    sent: list[int] = []
+
+    # The slot is free, but the resume is ahead: the queued run's own message starts nothing.
+    claim = await claim_run(engine, queued, now=now(), enqueue=sent.append)
+    assert claim.state is RunState.QUEUED
+    assert (await run_row(engine, queued))["state"] == "queued"
+
+    # Whoever hands the slot on sends the resume, not the queued run.
+    assert await model_slots.hand_on_slots(engine, model_id, enqueue=sent.append) == [parked["id"]]
+    # So does the reaper's pass; the approvals sweep leaves a limited model's runs to that pass
+    # (it would re-send them every tick, slot or none).
+    reaped: list[int] = []
+    await reap_stale_runs(engine, now=now(), enqueue=reaped.append)
+    assert reaped == [parked["id"]]
+    swept: list[int] = []
+    assert await approvals.sweep(engine, enqueue=swept.append, resend_after_seconds=60) == 0
+    # A lifted limit sends both, the resume first.
+    woken = await model_slots.wake_after_limit_change(
+        engine, model_id, limit=None, enqueue=lambda _: None
+    )
+    assert woken == [parked["id"], queued]
 
 
 async def test_a_run_whose_owner_switched_models_while_queued_counts_for_the_new_model(
