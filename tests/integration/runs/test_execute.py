@@ -123,7 +123,8 @@ async def test_heartbeat_records_liveness_and_tokens_so_far(
     run_id = await queued_run(engine, agent["id"])
     fake_openai.enqueue(
         tool_reply(FakeToolCall("search_knowledge", {"query": "vpn"}), prompt_tokens=20),
-        text_reply("Done.", delay_seconds=1.0),
+        # Long enough that the beat is seen while the run is still running, even under load.
+        text_reply("Done.", delay_seconds=3.0),
     )
     execution = asyncio.create_task(execute_run(engine, runtime, run_id, heartbeat_interval=BEAT))
 
@@ -132,7 +133,7 @@ async def test_heartbeat_records_liveness_and_tokens_so_far(
         beating = row["heartbeat_at"] and row["heartbeat_at"] > row["started_at"]
         return row if beating and row["tokens_used"] == 25 else None
 
-    during = await eventually(beat_with_tokens, within=5, what="a heartbeat with tokens")
+    during = await eventually(beat_with_tokens, within=10, what="a heartbeat with tokens")
     await execution
 
     assert during["state"] == "running"
