@@ -66,7 +66,7 @@ __all__ = [
 
 PROCESS_START_SECONDS = 40.0
 PROCESS_STOP_SECONDS = 15.0
-# A user notices a refusal that takes longer than this.
+# How long to collect the replies a burst of messages provokes (a window, not a speed bound).
 QUICK_SECONDS = 2.0
 
 # Short timings, so crashes are noticed within seconds (the defaults are 30 s / 90 s,
