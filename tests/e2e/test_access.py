@@ -194,12 +194,13 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
             await bob_ws.messages_for(0.5)  # let both subscriptions register
             started = (await alice.data(START, {"a": str(alices["id"])}))["startRun"]
             await eventually(lambda: all_terminal(engine, [int(started["id"])]), within=20)
-            seen_by_alice = await alice_ws.messages_for(1.5)
-            assert any(
-                m["type"] == "next"
-                and m["payload"]["data"]["runEvents"]["run"]["id"] == started["id"]
-                for m in seen_by_alice
-            ), seen_by_alice
+            seen_by_alice = await alice_ws.messages_until(
+                lambda m: (
+                    m["type"] == "next"
+                    and m["payload"]["data"]["runEvents"]["run"]["id"] == started["id"]
+                )
+            )
+            assert seen_by_alice
             assert await bob_ws.messages_for(0.5) == []
 
         # --- Knowledge, through Bob's own agent ----------------------------------------------

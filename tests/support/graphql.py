@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -212,6 +212,29 @@ class GraphQLWs:
             except TimeoutError:
                 break
         return found
+
+    async def messages_until(
+        self,
+        done: Callable[[dict[str, Any]], bool],
+        *,
+        within: float = EVENT_TIMEOUT_SECONDS,
+        then: float = 0.5,
+    ) -> list[dict[str, Any]]:
+        """Every message up to the first one `done` accepts (waiting up to `within` for it), and
+        what else arrives in the `then` seconds after it (a duplicate, an event too many)."""
+        found: list[dict[str, Any]] = []
+        deadline = time.monotonic() + within
+        while not found or not done(found[-1]):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no awaited message within {within:g}s: {found[-5:]}")
+            try:
+                found.append(await self.receive(within=left))
+            except TimeoutError:
+                raise AssertionError(
+                    f"no awaited message within {within:g}s: {found[-5:]}"
+                ) from None
+        return found + await self.messages_for(then)
 
     async def nothing_for(self, seconds: float) -> None:
         """No message arrives for `seconds`."""
