@@ -60,6 +60,7 @@ __all__ = [
     "fake_openai",
     "fetch",
     "settings_env",
+    "subscriptions_open",
     "token",
     "websocket",
 ]
@@ -159,6 +160,22 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.popen.kill()
                 proc.popen.wait()
+
+
+async def subscriptions_open(url: str, count: int, within: float = 20.0) -> None:
+    """Until the api at `url` holds `count` subscriptions (its `agent_engine_active_subscriptions`
+    gauge): graphql-transport-ws acknowledges no subscription, and a subscription is counted once
+    it is on the bus, so an event committed after this reaches it."""
+
+    async def probe() -> bool:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            metrics = (await client.get(f"{url}/metrics")).text
+        for line in metrics.splitlines():
+            if line.startswith("agent_engine_active_subscriptions "):
+                return float(line.split()[1]) >= count
+        return False
+
+    await eventually(probe, within=within, what=f"{count} subscription(s) on {url}")
 
 
 async def wait_healthy(proc: Proc, within: float = PROCESS_START_SECONDS) -> None:

@@ -36,6 +36,7 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     fake_openai,
     fetch,
     stack,
+    subscriptions_open,
     token,
     websocket,
 )
@@ -191,7 +192,7 @@ async def test_an_owner_never_reads_or_changes_another_owners_things(
             assert SECRET not in json.dumps(refused)
             await bob_ws.subscribe("mine", RUN_EVENTS, {"a": None})
             await alice_ws.subscribe("mine", RUN_EVENTS, {"a": None})
-            await bob_ws.messages_for(0.5)  # let both subscriptions register
+            await subscriptions_open(url, 2)
             started = (await alice.data(START, {"a": str(alices["id"])}))["startRun"]
             await eventually(lambda: all_terminal(engine, [int(started["id"])]), within=20)
             seen_by_alice = await alice_ws.messages_until(

@@ -27,6 +27,7 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     invariant_violations,
     owner_with_agents,
     stack,
+    subscriptions_open,
     token,
     websocket,
 )
@@ -61,7 +62,7 @@ async def test_postgres_restart_readyz_reports_it_and_everything_recovers(
         async with websocket(api.url or "") as ws:
             assert (await ws.init(bearer=bearer))["type"] == "connection_ack"
             await ws.subscribe("events", EVENTS)
-            await asyncio.sleep(0.5)  # the protocol has no "subscribed" acknowledgement
+            await subscriptions_open(api.url or "", 1)
             requested = [
                 (await client.data(START, {"id": str(a["id"])}))["startRun"] for a in agents
             ]

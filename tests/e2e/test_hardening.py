@@ -38,6 +38,7 @@ from tests.e2e.support import (  # noqa: F401 (fixtures)
     fake_openai,
     fetch,
     stack,
+    subscriptions_open,
     token,
     websocket,
 )
@@ -184,7 +185,7 @@ async def test_admins_oversee_but_never_act_as_the_owner_or_read_outputs(
             assert (await admin_ws.init(bearer=overseer.bearer))["type"] == "connection_ack"
             await owner_ws.subscribe("o", RUN_EVENTS)
             await admin_ws.subscribe("a", RUN_EVENTS)
-            await owner_ws.messages_for(0.5)  # both subscriptions registered
+            await subscriptions_open(url, 2)
             run = (await client.data(START, {"a": str(agent["id"])}))["startRun"]
             await _wait_state(engine, int(run["id"]), "succeeded")
             seen = {
