@@ -4,6 +4,9 @@ finishes; one that does not is journaled as interrupted. None is lost and none r
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import os
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,3 +104,39 @@ async def test_a_run_longer_than_the_drain_is_interrupted_not_lost(
         await eventually(succeeded, what="the next run to succeed")
     assert (await run_row(engine, run_id))["error"] == INTERRUPTED_ERROR
     assert fake_openai.request_count == 2
+
+
+def _signal_thread(pid: int, tid: int, signum: int) -> None:
+    """tgkill(2): `signum` to one thread of another process (os.kill lets the kernel pick)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(SYS_TGKILL, pid, tid, signum) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill failed")
+
+
+SYS_TGKILL = 234  # x86-64
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="tgkill's syscall number is x86-64's")
+async def test_a_sigterm_that_lands_on_any_thread_stops_the_worker(
+    settings: Settings,
+    broker: dramatiq.Broker,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The kernel hands a process-directed signal to any thread that does not block it. Here a
+    thread other than the main one gets the SIGTERM (as the kernel may route Kubernetes' one):
+    the worker drains and exits 0, rather than sleeping on until the grace period's SIGKILL."""
+    env = settings_env(settings, worker_drain_seconds=1)
+    with processes([WORKER], env=env, log_dir=tmp_path) as (worker,):
+        log = tmp_path / "process-0-worker.log"
+
+        async def started() -> list[int]:
+            if "worker started" not in log.read_text(errors="replace"):
+                return []
+            return [int(t) for t in os.listdir(f"/proc/{worker.pid}/task") if int(t) != worker.pid]
+
+        threads = await eventually(started, within=60, what="the worker to start its threads")
+        _signal_thread(worker.pid, threads[-1], signal.SIGTERM)
+        # A hang guard, not a speed bound: without the fix the worker never exits on its own.
+        exit_code = await asyncio.to_thread(worker.wait, EXIT_WITHIN_SECONDS)
+    assert exit_code == 0
+    assert "worker stopping" in log.read_text(errors="replace")

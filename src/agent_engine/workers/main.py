@@ -59,6 +59,8 @@ THREAD_JOIN_MARGIN_SECONDS = 10.0
 # A crashing child is replaced, but not in a hot loop.
 RESTART_DELAY_SECONDS = 1.0
 SUPERVISE_POLL_SECONDS = 0.5
+# How often the main thread wakes to run a signal handler that is pending (see `_serve`).
+STOP_POLL_SECONDS = 0.5
 
 
 def run_worker(
@@ -159,7 +161,12 @@ def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
         sorted(queues or QUEUES),
     )
     try:
-        stop.wait()
+        # Timed waits, not one `stop.wait()`: the kernel delivers a SIGTERM to any thread of the
+        # process, and when it lands on one of Dramatiq's, the main thread (where Python runs
+        # the handler) sleeps on in an untimed lock wait and the pod is killed undrained when
+        # its grace period ends. Waking up now and then runs a handler that is pending.
+        while not stop.wait(STOP_POLL_SECONDS):
+            pass
     finally:
         log.info("worker stopping: runs in flight get %gs to finish", settings.worker_drain_seconds)
         stop_worker(worker, grace_seconds=settings.worker_drain_seconds)
