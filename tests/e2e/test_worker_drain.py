@@ -106,14 +106,14 @@ async def test_a_run_longer_than_the_drain_is_interrupted_not_lost(
     assert fake_openai.request_count == 2
 
 
+SYS_TGKILL = 234  # x86-64
+
+
 def _signal_thread(pid: int, tid: int, signum: int) -> None:
     """tgkill(2): `signum` to one thread of another process (os.kill lets the kernel pick)."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(SYS_TGKILL, pid, tid, signum) != 0:
         raise OSError(ctypes.get_errno(), "tgkill failed")
-
-
-SYS_TGKILL = 234  # x86-64
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="tgkill's syscall number is x86-64's")

@@ -223,17 +223,12 @@ class GraphQLWs:
         """Every message up to the first one `done` accepts (waiting up to `within` for it), and
         what else arrives in the `then` seconds after it (a duplicate, an event too many)."""
         found: list[dict[str, Any]] = []
-        deadline = time.monotonic() + within
-        while not found or not done(found[-1]):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no awaited message within {within:g}s: {found[-5:]}")
-            try:
-                found.append(await self.receive(within=left))
-            except TimeoutError:
-                raise AssertionError(
-                    f"no awaited message within {within:g}s: {found[-5:]}"
-                ) from None
+        try:
+            async with asyncio.timeout(within):
+                while not found or not done(found[-1]):
+                    found.append(await self.receive())
+        except TimeoutError:
+            raise AssertionError(f"no awaited message within {within:g}s: {found[-5:]}") from None
         return found + await self.messages_for(then)
 
     async def nothing_for(self, seconds: float) -> None:
