@@ -14,6 +14,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
 
 from agent_engine.api.errors import ErrorPolicy
+from agent_engine.api.execution import Executor, call_resolvers_directly
 from agent_engine.api.mutations import Mutation
 from agent_engine.api.queries import Query
 from agent_engine.api.scalars import SCALAR_MAP
@@ -31,14 +32,17 @@ class Schema(strawberry.Schema):
 def build_schema(
     extensions: Sequence[Callable[[], SchemaExtension] | type[SchemaExtension]] = (),
 ) -> strawberry.Schema:
-    return Schema(
+    schema = Schema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         types=[RunEvent],
         extensions=[*extensions, ErrorPolicy],
         config=StrawberryConfig(scalar_map=SCALAR_MAP),
+        execution_context_class=Executor,
     )
+    call_resolvers_directly(schema)
+    return schema
 
 
 def export_sdl() -> str:

@@ -1,0 +1,162 @@
+"""The executor's shortcuts (plain leaves in place, resolvers called directly) answer exactly as
+graphql-core and Strawberry do on their own path: data, errors, messages and paths."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from typing import Any
+
+import pytest
+import strawberry
+from strawberry.types import Info
+
+from agent_engine.api.execution import Executor, call_resolvers_directly
+
+
+@strawberry.enum
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@strawberry.type
+class Item:
+    id: strawberry.ID
+    name: str
+    size: int | None
+    colour: Colour
+    tags: list[str]
+    mandatory: str  # set to None by some items: a non-null field returning null
+
+    @strawberry.field
+    def double(self) -> int | None:
+        return None if self.size is None else self.size * 2
+
+    @strawberry.field
+    def where(self, info: Info) -> str:
+        return f"{info.field_name}@{info.path.prev.key if info.path.prev else '-'}"
+
+    @strawberry.field
+    def broken(self) -> str | None:
+        raise ValueError(f"item {self.id} cannot say")
+
+    @strawberry.field
+    def later(self) -> str:
+        async def value() -> str:
+            await asyncio.sleep(0)
+            return f"later {self.id}"
+
+        return value()  # type: ignore[return-value]
+
+    @strawberry.field
+    def child(self) -> Item | None:
+        return None if self.size is None else _item(int(self.id) + 100, size=None)
+
+    @strawberry.field
+    def times(self, by: int = 2) -> int:
+        return (self.size or 0) * by
+
+
+def _item(number: int, *, size: int | None = 1, mandatory: Any = "m", **fields: Any) -> Item:
+    values: dict[str, Any] = {
+        "id": strawberry.ID(str(number)),
+        "name": f"item {number}",
+        "size": size,
+        "colour": Colour.RED if number % 2 else Colour.BLUE,
+        "tags": ["a", "b"],
+        "mandatory": mandatory,
+    }
+    return Item(**{**values, **fields})
+
+
+ITEMS = [
+    _item(1),
+    _item(2, size=None),
+    _item(3, mandatory=None),  # non-null field is null: the item nulls, the list fails
+    _item(4, size="seven"),  # an Int that cannot be coerced: a field error
+]
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def items(self) -> list[Item | None]:
+        return list(ITEMS)
+
+    @strawberry.field
+    async def one(self) -> Item:
+        return ITEMS[0]
+
+
+def _schemas() -> tuple[strawberry.Schema, strawberry.Schema]:
+    standard = strawberry.Schema(query=Query)
+    fast = strawberry.Schema(query=Query, execution_context_class=Executor)
+    call_resolvers_directly(fast)
+    return standard, fast
+
+
+QUERIES = [
+    "{ items { id name size colour tags double where later child { id name size where } } }",
+    "{ items { id mandatory } }",
+    "{ items { id broken } }",
+    "{ items { n: name, n2: name, times(by: 3) } }",
+    "{ one { id name later } }",
+    "{ items { ...F } } fragment F on Item { id colour @include(if: false) size @skip(if: true) }",
+]
+
+
+def _answer(result: Any) -> dict[str, Any]:
+    return {
+        "data": result.data,
+        "errors": sorted(
+            ((e.message, tuple(e.path or ())) for e in result.errors or []),
+            key=repr,
+        ),
+    }
+
+
+@pytest.mark.parametrize("query", QUERIES)
+async def test_the_fast_executor_answers_as_the_standard_one(query: str) -> None:
+    standard, fast = _schemas()
+    expected = _answer(await standard.execute(query))
+    got = _answer(await fast.execute(query))
+    assert got == expected
+    assert got["data"] is not None
+
+
+async def test_null_in_a_non_null_leaf_and_a_bad_int_are_errors_with_their_paths() -> None:
+    _, fast = _schemas()
+    result = await fast.execute("{ items { id mandatory size } }")
+    errors = {tuple(e.path or ()): e.message for e in result.errors or []}
+    assert "Cannot return null for non-nullable field Item.mandatory." == errors[("items", 2, "mandatory")]
+    assert "Int cannot represent non-integer value: 'seven'" in errors[("items", 3, "size")]
+    assert result.data is not None
+    assert result.data["items"][2] is None  # nulled up to the nullable list item
+    assert result.data["items"][0] == {"id": "1", "mandatory": "m", "size": 1}
+
+
+def test_only_plain_synchronous_fields_are_rewired() -> None:
+    _, fast = _schemas()
+    item = fast._schema.type_map["Item"].fields  # type: ignore[attr-defined]
+    query = fast._schema.query_type.fields  # type: ignore[union-attr]
+    direct = {name for name, f in item.items() if f.resolve.__module__ == Executor.__module__}
+    assert direct == {"double", "where", "broken", "later", "child"}  # not `times` (an argument)
+    assert query["one"].resolve.__module__ != Executor.__module__  # async: Strawberry's own
+
+
+async def test_an_extension_that_wraps_resolvers_still_sees_every_field() -> None:
+    from strawberry.extensions import SchemaExtension
+
+    seen: list[str] = []
+
+    class Watch(SchemaExtension):
+        def resolve(self, _next: Any, root: Any, info: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(info.field_name)
+            return _next(root, info, *args, **kwargs)
+
+    fast = strawberry.Schema(query=Query, extensions=[Watch], execution_context_class=Executor)
+    call_resolvers_directly(fast)
+    result = await fast.execute("{ items { id name } }")
+    assert result.data is not None
+    assert seen.count("name") == len(ITEMS) and seen.count("id") == len(ITEMS)
