@@ -1,4 +1,4 @@
-"""GraphQL execution: graphql-core's executor, with the per-field work it repeats cut where it is idle.
+"""GraphQL execution: graphql-core's executor, its per-field work cut where it has nothing to do.
 
 A page of 100 agents completes about a thousand fields, and graphql-core plus Strawberry spend more
 on the machinery of each field than on the field itself (bench/README, "CPU per unit of work").
@@ -21,7 +21,7 @@ suite runs on this executor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from graphql import (
     GraphQLEnumType,
@@ -61,7 +61,7 @@ def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
         return None
     return_type = field_def.type
     non_null = isinstance(return_type, GraphQLNonNull)
-    named = return_type.of_type if non_null else return_type
+    named = return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type
     if not isinstance(named, GraphQLScalarType | GraphQLEnumType):
         return None
     return _Leaf(field.python_name, named.coerce_output_value, non_null)
@@ -76,7 +76,7 @@ class _Fallback(Exception):
 
 
 class Executor(StrawberryGraphQLCoreExecutionContext):
-    """graphql-core's executor (as Strawberry configures it) with plain leaves completed in place."""
+    """graphql-core's executor (as Strawberry sets it up), plain leaves completed in place."""
 
     # Per GraphQL field object: its plain-leaf plan, or None. Keyed by id with the field kept in the
     # value, so a schema built later (tests build many) never inherits a dead field's plan.
@@ -125,7 +125,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                     try:
                         results[response_name] = _read_leaf(leaf, source_value)
                         continue
-                    except Exception:  # noqa: BLE001 - the standard path words it
+                    except Exception:  # the standard path below words it
                         pass
                 result = self.execute_field(
                     parent_type,
@@ -206,17 +206,20 @@ def _direct_resolver(field_def: GraphQLField, info_class: type) -> Callable[...,
         or resolver.self_parameter is None
     ):
         return None
-    function = resolver.wrapped_func
-    if resolver.info_parameter is None:
+    function = cast(Callable[..., Any], resolver.wrapped_func)
+    info_parameter = resolver.info_parameter
+    if info_parameter is None:
 
-        def resolve(source: Any, _info: Any) -> Any:
+        def resolve_plain(source: Any, _info: Any) -> Any:
             return function(source)
 
+        resolve: Callable[[Any, Any], Any] = resolve_plain
     else:
-        info_name = resolver.info_parameter.name
+        info_name = info_parameter.name
 
-        def resolve(source: Any, info: Any) -> Any:
+        def resolve_with_info(source: Any, info: Any) -> Any:
             return function(source, **{info_name: info_class(_raw_info=info, _field=field)})
 
+        resolve = resolve_with_info
     resolve._is_default = False  # type: ignore[attr-defined]  # as Strawberry marks its own
     return resolve

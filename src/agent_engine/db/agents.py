@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.db.rows import AnyRow, columns
+from agent_engine.db.rows import AnyRow, columns, read_rows
 from agent_engine.domain.gate import AgentStatus
 
 
@@ -398,13 +398,13 @@ async def fetch_live_agent(conn: AsyncConnection, agent_id: int) -> AgentRow | N
 
 async def live_agents_by_id(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[AgentRow]:
     rows = await conn.execute(LIVE_AGENTS_BY_ID, {"ids": list(agent_ids)})
-    return [AgentRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, AgentRow)
 
 
 async def live_agents_of_owners(conn: AsyncConnection, owner_ids: Sequence[int]) -> list[AgentRow]:
     """The owners' live agents, oldest first."""
     rows = await conn.execute(LIVE_AGENTS_OF_OWNERS, {"ids": list(owner_ids)})
-    return [AgentRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, AgentRow)
 
 
 async def live_agent_page(
@@ -429,4 +429,4 @@ async def live_agent_page(
     statement = text(
         f"SELECT * FROM agents WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT :limit"
     )
-    return [AgentRow.from_row(row) for row in (await conn.execute(statement, params)).mappings()]
+    return read_rows(await conn.execute(statement, params), AgentRow)

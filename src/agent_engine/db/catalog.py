@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.db.rows import AnyRow, columns
+from agent_engine.db.rows import AnyRow, columns, read_keyed_rows, read_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +302,7 @@ TOOLS_OF_SOURCES = text(
 
 async def tools_by_id(conn: AsyncConnection, tool_ids: Sequence[int]) -> list[ToolRow]:
     rows = await conn.execute(TOOLS_BY_ID, {"ids": list(tool_ids)})
-    return [ToolRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, ToolRow)
 
 
 AUTO_APPROVED_OF_AGENTS = text(
@@ -315,21 +315,21 @@ async def auto_approved_of_agents(
     conn: AsyncConnection, agent_ids: Sequence[int]
 ) -> list[tuple[int, ToolRow]]:
     rows = await conn.execute(AUTO_APPROVED_OF_AGENTS, {"ids": list(agent_ids)})
-    return [(int(row["agent_id"]), ToolRow.from_row(row)) for row in rows.mappings()]
+    return read_keyed_rows(rows, "agent_id", ToolRow)
 
 
 async def tools_of_sources(conn: AsyncConnection, source_ids: Sequence[int]) -> list[ToolRow]:
     rows = await conn.execute(TOOLS_OF_SOURCES, {"ids": list(source_ids)})
-    return [ToolRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, ToolRow)
 
 
 async def models_by_id(conn: AsyncConnection, model_ids: Sequence[int]) -> list[AgentModelRow]:
     rows = await conn.execute(MODELS_BY_ID, {"ids": list(model_ids)})
-    return [AgentModelRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, AgentModelRow)
 
 
 async def all_models(conn: AsyncConnection) -> list[AgentModelRow]:
-    return [AgentModelRow.from_row(row) for row in (await conn.execute(ALL_MODELS)).mappings()]
+    return read_rows(await conn.execute(ALL_MODELS), AgentModelRow)
 
 
 async def fetch_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | None:
@@ -340,7 +340,7 @@ async def fetch_model(conn: AsyncConnection, model_id: int) -> AgentModelRow | N
 async def list_tools(conn: AsyncConnection, *, allowed_only: bool) -> list[ToolRow]:
     """The catalog by name: every tool, or those agents may use now."""
     rows = await conn.execute(ALLOWED_TOOL_LIST if allowed_only else ALL_TOOLS)
-    return [ToolRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, ToolRow)
 
 
 async def fetch_tool(conn: AsyncConnection, tool_id: int) -> ToolRow | None:
@@ -353,4 +353,4 @@ async def tools_of_agents(
 ) -> list[tuple[int, ToolRow]]:
     """(agent id, tool) for each agent's selection, by tool name."""
     rows = await conn.execute(TOOLS_OF_AGENTS, {"ids": list(agent_ids)})
-    return [(int(row["agent_id"]), ToolRow.from_row(row)) for row in rows.mappings()]
+    return read_keyed_rows(rows, "agent_id", ToolRow)

@@ -1,16 +1,62 @@
 """What the typed rows' `from_row` constructors take: a Core row, its mapping, or a plain dict
-(the live bus's rows come from asyncpg as dicts)."""
+(the live bus's rows come from asyncpg as dicts); and `read_rows`, the fast way to read a whole
+result into a typed row class."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import dataclasses
+import functools
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Row, RowMapping
+from sqlalchemy import Result, Row, RowMapping
 
 AnyRow = Row[Any] | RowMapping | Mapping[str, Any]
+R = TypeVar("R")
 
 
 def columns(row: AnyRow) -> RowMapping | Mapping[str, Any]:
     """The row's columns by name."""
     return row._mapping if isinstance(row, Row) else row
+
+
+def read_rows(result: Result[Any], cls: type[R]) -> list[R]:
+    """Every row of `result` as `cls`, a dataclass whose fields are named as the columns.
+
+    The same objects as `cls.from_row` on each row's mapping (a test holds them equal for every
+    class read this way), for a fraction of the CPU: where each field's column sits is found once
+    per result, and each row is read by position, not by name.
+    """
+    pick = _picker(tuple(result.keys()), cast(Hashable, cls))
+    return [cls(*pick(row)) for row in result]
+
+
+def read_keyed_rows(result: Result[Any], key: str, cls: type[R]) -> list[tuple[Any, R]]:
+    """As `read_rows`, each row paired with its column `key` (a column `cls` does not have)."""
+    keys = tuple(result.keys())
+    pick = _picker(keys, cast(Hashable, cls))
+    where = keys.index(key)
+    return [(row[where], cls(*pick(row))) for row in result]
+
+
+@functools.lru_cache(maxsize=256)
+def _picker(keys: tuple[str, ...], cls: Any) -> Callable[[Sequence[Any]], Iterable[Any]]:
+    """A row's values in the order of `cls`'s fields; a field without a column gets its default."""
+    positions: list[int] = []
+    defaults: dict[int, Any] = {}
+    for number, field in enumerate(dataclasses.fields(cls)):
+        if field.name in keys:
+            positions.append(keys.index(field.name))
+        elif field.default is not dataclasses.MISSING:
+            positions.append(-1)
+            defaults[number] = field.default
+        else:
+            raise KeyError(f"{cls.__name__}.{field.name}: no such column in {keys}")
+    if not defaults and len(positions) > 1:
+        return itemgetter(*positions)
+
+    def pick(row: Sequence[Any]) -> list[Any]:
+        return [defaults[n] if p < 0 else row[p] for n, p in enumerate(positions)]
+
+    return pick

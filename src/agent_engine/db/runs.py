@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.db.rows import AnyRow, columns
+from agent_engine.db.rows import AnyRow, columns, read_rows
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
 from agent_engine.db.spend import WEEK_RUNS_OF_OWNERS
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
@@ -381,7 +381,7 @@ RUN_OWNER = text(
 
 async def _runs(conn: AsyncConnection, statement: TextClause, ids: Sequence[int]) -> list[RunRow]:
     rows = await conn.execute(statement, {"ids": list(ids)})
-    return [RunRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, RunRow)
 
 
 async def runs_by_id(conn: AsyncConnection, run_ids: Sequence[int]) -> list[RunRow]:
@@ -416,7 +416,7 @@ async def run_pages(
         filters += " AND state = ANY(CAST(:states AS text[]))"
         params["states"] = list(states)
     rows = await conn.execute(text(_RUN_PAGES.format(filters=filters)), params)
-    return [RunRow.from_row(row) for row in rows.mappings()]
+    return read_rows(rows, RunRow)
 
 
 async def journal_page(

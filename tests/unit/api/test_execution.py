@@ -129,7 +129,8 @@ async def test_null_in_a_non_null_leaf_and_a_bad_int_are_errors_with_their_paths
     _, fast = _schemas()
     result = await fast.execute("{ items { id mandatory size } }")
     errors = {tuple(e.path or ()): e.message for e in result.errors or []}
-    assert "Cannot return null for non-nullable field Item.mandatory." == errors[("items", 2, "mandatory")]
+    null_error = "Cannot return null for non-nullable field Item.mandatory."
+    assert errors[("items", 2, "mandatory")] == null_error
     assert "Int cannot represent non-integer value: 'seven'" in errors[("items", 3, "size")]
     assert result.data is not None
     assert result.data["items"][2] is None  # nulled up to the nullable list item

@@ -1,0 +1,122 @@
+"""`read_rows` (rows read by position) builds exactly what each class's `from_row` builds by name,
+for rows with every kind of column filled and empty, through the statements that use it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_engine.db import agents as agents_db
+from agent_engine.db import catalog
+from agent_engine.db import runs as runs_db
+from agent_engine.db.agents import AgentRow
+from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.rows import read_keyed_rows, read_rows
+from agent_engine.db.runs import RunRow
+from tests.support.factories import Factories
+
+TABLES: list[tuple[str, type[Any]]] = [
+    ("agents", AgentRow),
+    ("agent_models", AgentModelRow),
+    ("tools", ToolRow),
+    ("agent_runs", RunRow),
+]
+
+
+async def _seed(factories: Factories) -> dict[str, Any]:
+    user = await factories.user()
+    model = await factories.model(
+        base_url="http://models.internal/v1",
+        api_key_env="MODEL_KEY",
+        max_concurrent_runs=3,
+        input_price_per_million=Decimal("1.25"),
+        output_price_per_million=Decimal("10"),
+    )
+    bare = await factories.model(name="Bare")
+    full = await factories.agent(
+        user["id"],
+        model_id=model["id"],
+        description="d",
+        schedule={"type": "interval", "every_hours": 6},
+        meta={"team": "ops", "n": [1, 2]},
+        admin_paused=True,
+        admin_pause_note="why",
+    )
+    empty = await factories.agent(user["id"], model_id=None)
+    for name in ("calculator", "current_time"):
+        tool = await factories.tool(name)
+        await factories._insert("agent_tools", {"agent_id": full["id"], "tool_id": tool["id"]})
+    await factories.tool("writer", access="write", input_schema={"type": "object"})
+    await factories.run(
+        full["id"],
+        state="succeeded",
+        output="done",
+        tokens_used=30,
+        prompt_tokens=10,
+        completion_tokens=20,
+        cost=Decimal("0.000123"),
+        model_id=model["id"],
+        started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+    )
+    await factories.run(full["id"], state="running", error=None)
+    await factories.run(empty["id"], state="failed", error="model said no", reason="error")
+    return {"user": user, "agents": [full["id"], empty["id"]], "models": [model["id"], bare["id"]]}
+
+
+async def test_every_column_reads_the_same_by_position_as_by_name(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    await _seed(factories)
+    async with engine.connect() as conn:
+        for table, cls in TABLES:
+            every = text(f"SELECT * FROM {table} ORDER BY id")
+            by_name = [cls.from_row(row) for row in (await conn.execute(every)).mappings()]
+            by_position = read_rows(await conn.execute(every), cls)
+            assert by_position == by_name, table
+            assert len(by_position) >= 2, table
+
+
+async def test_the_statements_that_read_by_position(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    seeded = await _seed(factories)
+    agent_ids = seeded["agents"]
+    async with engine.connect() as conn:
+        agents = await agents_db.live_agents_of_owners(conn, [seeded["user"]["id"]])
+        assert [a.id for a in agents] == agent_ids
+        assert agents[0].meta == {"team": "ops", "n": [1, 2]}
+        assert agents[0].schedule == {"type": "interval", "every_hours": 6}
+        assert agents[1].model_id is None
+
+        models = {m.id: m for m in await catalog.models_by_id(conn, seeded["models"])}
+        assert models[seeded["models"][0]].input_price_per_million == Decimal("1.25")
+        assert models[seeded["models"][1]].max_concurrent_runs is None
+
+        tools = await catalog.tools_of_agents(conn, agent_ids)
+        assert [(agent, tool.name) for agent, tool in tools] == [
+            (agent_ids[0], "calculator"),
+            (agent_ids[0], "current_time"),
+        ]
+        assert all(tool.access == "read" and tool.input_schema is None for _, tool in tools)
+
+        last = {r.agent_id: r for r in await runs_db.last_finished_runs(conn, agent_ids)}
+        assert last[agent_ids[0]].output == "done"
+        assert last[agent_ids[0]].cost == Decimal("0.000123")
+        assert last[agent_ids[1]].error == "model said no"
+        active = await runs_db.active_runs(conn, agent_ids)
+        assert [(r.agent_id, r.state) for r in active] == [(agent_ids[0], "running")]
+
+        # A column the class lacks, kept beside it; a field without a column takes its default.
+        partial = await conn.execute(
+            text(
+                "SELECT 7 AS agent_id, id, name, description, agents_allowed, created_at FROM tools"
+            )
+        )
+        pairs = read_keyed_rows(partial, "agent_id", ToolRow)
+        assert {agent for agent, _ in pairs} == {7}
+        assert all(t.access == "read" and t.source_id is None for _, t in pairs)
