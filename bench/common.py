@@ -332,6 +332,7 @@ def fmt(value: float | None, digits: int = 1) -> str:
 # --- profiling ------------------------------------------------------------------------------
 
 PYSPY_ENV = "BENCH_PYSPY_DIR"
+PYSPY_RATE_ENV = "BENCH_PYSPY_RATE"  # samples per second (py-spy's default: 100)
 
 
 def pyspy_binary() -> str | None:
@@ -361,6 +362,8 @@ def profiled(pid: int, name: str) -> Iterator[None]:
             binary,
             "record",
             "--nonblocking",
+            "--rate",
+            os.environ.get(PYSPY_RATE_ENV, "100"),
             "--format",
             "raw",
             "-o",
