@@ -130,7 +130,7 @@ async def _block(
 
 
 async def run(bench: Bench) -> ScenarioResult:
-    sequential = 30 if bench.quick else 300
+    sequential = 100 if bench.quick else 300
     per_client = 2 if bench.quick else 10
     blocks = 1 if bench.quick else 3
     result = ScenarioResult(NAME, TITLE)
