@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import direct
 from agent_engine.db.rows import AnyRow, columns, read_rows
 from agent_engine.domain.gate import AgentStatus
 
@@ -403,7 +404,7 @@ async def live_agents_by_id(conn: AsyncConnection, agent_ids: Sequence[int]) -> 
 
 async def live_agents_of_owners(conn: AsyncConnection, owner_ids: Sequence[int]) -> list[AgentRow]:
     """The owners' live agents, oldest first."""
-    rows = await conn.execute(LIVE_AGENTS_OF_OWNERS, {"ids": list(owner_ids)})
+    rows = await direct.fetch(conn, LIVE_AGENTS_OF_OWNERS, {"ids": list(owner_ids)})
     return read_rows(rows, AgentRow)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import direct
 from agent_engine.db.rows import AnyRow, columns, read_keyed_rows, read_rows
 
 
@@ -324,7 +325,7 @@ async def tools_of_sources(conn: AsyncConnection, source_ids: Sequence[int]) -> 
 
 
 async def models_by_id(conn: AsyncConnection, model_ids: Sequence[int]) -> list[AgentModelRow]:
-    rows = await conn.execute(MODELS_BY_ID, {"ids": list(model_ids)})
+    rows = await direct.fetch(conn, MODELS_BY_ID, {"ids": list(model_ids)})
     return read_rows(rows, AgentModelRow)
 
 
@@ -352,5 +353,5 @@ async def tools_of_agents(
     conn: AsyncConnection, agent_ids: Sequence[int]
 ) -> list[tuple[int, ToolRow]]:
     """(agent id, tool) for each agent's selection, by tool name."""
-    rows = await conn.execute(TOOLS_OF_AGENTS, {"ids": list(agent_ids)})
+    rows = await direct.fetch(conn, TOOLS_OF_AGENTS, {"ids": list(agent_ids)})
     return read_keyed_rows(rows, "agent_id", ToolRow)

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
-from sqlalchemy import Result, Row, RowMapping
+from sqlalchemy import Row, RowMapping
 
 AnyRow = Row[Any] | RowMapping | Mapping[str, Any]
 R = TypeVar("R")
+
+
+class Rows(Protocol):
+    """A result's column names and its rows (SQLAlchemy's `Result`, or `db.direct.Fetched`)."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __iter__(self) -> Iterator[Sequence[Any]]: ...
 
 
 def columns(row: AnyRow) -> RowMapping | Mapping[str, Any]:
@@ -21,20 +29,25 @@ def columns(row: AnyRow) -> RowMapping | Mapping[str, Any]:
     return row._mapping if isinstance(row, Row) else row
 
 
-def read_rows(result: Result[Any], cls: type[R]) -> list[R]:
+def read_rows(result: Rows, cls: type[R]) -> list[R]:
     """Every row of `result` as `cls`, a dataclass whose fields are named as the columns.
 
     The same objects as `cls.from_row` on each row's mapping (a test holds them equal for every
     class read this way), for a fraction of the CPU: where each field's column sits is found once
     per result, and each row is read by position, not by name.
     """
-    pick = _picker(tuple(result.keys()), cast(Hashable, cls))
+    keys = tuple(result.keys())
+    if not keys:  # no rows fetched (`Fetched` learns its columns from its first row)
+        return []
+    pick = _picker(keys, cast(Hashable, cls))
     return [cls(*pick(row)) for row in result]
 
 
-def read_keyed_rows(result: Result[Any], key: str, cls: type[R]) -> list[tuple[Any, R]]:
+def read_keyed_rows(result: Rows, key: str, cls: type[R]) -> list[tuple[Any, R]]:
     """As `read_rows`, each row paired with its column `key` (a column `cls` does not have)."""
     keys = tuple(result.keys())
+    if not keys:
+        return []
     pick = _picker(keys, cast(Hashable, cls))
     where = keys.index(key)
     return [(row[where], cls(*pick(row))) for row in result]

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import direct
 from agent_engine.db.rows import AnyRow, columns, read_rows
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
 from agent_engine.db.spend import WEEK_RUNS_OF_OWNERS
@@ -380,7 +381,7 @@ RUN_OWNER = text(
 
 
 async def _runs(conn: AsyncConnection, statement: TextClause, ids: Sequence[int]) -> list[RunRow]:
-    rows = await conn.execute(statement, {"ids": list(ids)})
+    rows = await direct.fetch(conn, statement, {"ids": list(ids)})
     return read_rows(rows, RunRow)
 
 

@@ -120,3 +120,40 @@ async def test_the_statements_that_read_by_position(
         pairs = read_keyed_rows(partial, "agent_id", ToolRow)
         assert {agent for agent, _ in pairs} == {7}
         assert all(t.access == "read" and t.source_id is None for _, t in pairs)
+
+
+async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    from sqlalchemy import event
+
+    seeded = await _seed(factories)
+    agent_ids, owner = seeded["agents"], seeded["user"]["id"]
+    reads = [
+        (agents_db.live_agents_of_owners, [owner]),
+        (catalog.models_by_id, seeded["models"]),
+        (catalog.tools_of_agents, agent_ids),
+        (runs_db.active_runs, agent_ids),
+        (runs_db.last_finished_runs, agent_ids),
+        (runs_db.active_runs, [999_999]),  # no rows
+    ]
+    seen: list[tuple[str, bool]] = []
+
+    def count(_conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        seen.append((statement, cursor is None))  # no DBAPI cursor: sent by `db.direct`
+
+    async with engine.connect() as conn:  # in a transaction: through SQLAlchemy
+        through_sqlalchemy = [await read(conn, ids) for read, ids in reads]
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            direct_reads = [await read(conn, ids) for read, ids in reads]
+            raw = await conn.get_raw_connection()
+            assert raw.driver_connection is not None
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert direct_reads == through_sqlalchemy
+    assert direct_reads[-1] == [] and all(direct_reads[:-1])
+    assert len(seen) == len(reads)
+    assert all(direct for _, direct in seen)

@@ -1,0 +1,65 @@
+"""Reads on autocommit connections, through the connection's asyncpg driver directly.
+
+SQLAlchemy's statement layer costs about 100 µs of CPU per statement over asyncpg's own (its
+execution context, result metadata and greenlet hop; bench/README, "CPU per unit of work"), and a
+page of agents reads five kinds of rows. `fetch` sends the same `text()` statement, compiled once
+to asyncpg's `$n` form, on the same pooled connection, and returns rows `read_rows` reads:
+
+- Only on a connection in AUTOCOMMIT (the api's per-request read connection): inside a
+  SQLAlchemy transaction the adapter begins lazily, so a statement beside it could land outside
+  the transaction. Anywhere else `fetch` is `conn.execute`.
+- The engine's `before_cursor_execute` listeners still see every statement (the statement-count
+  tests and benchmark count them).
+- Values are decoded by the same asyncpg codecs SQLAlchemy set up on the connection (JSON
+  included); a test holds the rows equal to those read through SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# Per statement object: (the statement, its asyncpg SQL, its parameter names in `$n` order). The
+# statement is kept so that a statement built later at a reused id never gets another's form.
+_forms: dict[int, tuple[TextClause, str, tuple[str, ...]]] = {}
+
+
+class Fetched:
+    """Rows as `read_rows` takes them: the column names, then the rows (asyncpg records)."""
+
+    def __init__(self, names: Sequence[str], rows: Sequence[Any]) -> None:
+        self._names = tuple(names)
+        self._rows = rows
+
+    def keys(self) -> tuple[str, ...]:
+        return self._names
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+async def fetch(conn: AsyncConnection, statement: TextClause, params: Mapping[str, Any]) -> Fetched:
+    """`statement`'s rows, straight through asyncpg on an autocommit connection."""
+    sync = conn.sync_connection
+    if sync is None or sync.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+        result = await conn.execute(statement, params)
+        return Fetched(tuple(result.keys()), result.all())
+    sql, names = _asyncpg_form(statement, conn)
+    args = [params[name] for name in names]
+    sync.dispatch.before_cursor_execute(sync, None, sql, args, None, False)
+    driver: Any = (await conn.get_raw_connection()).driver_connection
+    rows = await driver.fetch(sql, *args)
+    return Fetched(tuple(rows[0].keys()) if rows else (), rows)
+
+
+def _asyncpg_form(statement: TextClause, conn: AsyncConnection) -> tuple[str, tuple[str, ...]]:
+    cached = _forms.get(id(statement))
+    if cached is not None and cached[0] is statement:
+        return cached[1], cached[2]
+    compiled = statement.compile(dialect=conn.dialect)
+    form = (str(compiled), tuple(compiled.positiontup or ()))
+    _forms[id(statement)] = (statement, *form)
+    return form
