@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import direct
 from agent_engine.domain.budget import (
     DEFAULT_ALERT_PERCENTS,
     AlertPercentsError,
@@ -90,7 +91,7 @@ UPSERT_SETTING = text(
 
 
 async def load_platform_settings(conn: AsyncConnection) -> PlatformSettings:
-    rows = await conn.execute(SELECT_SETTINGS)
+    rows = await direct.fetch(conn, SELECT_SETTINGS, {})
     return PlatformSettings.from_rows({key: value for key, value in rows})
 
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import direct
 from agent_engine.db.rows import AnyRow, columns
 from agent_engine.domain.budget import BudgetWindow
 from agent_engine.domain.forecast import EXPECTED_TOKENS_SAMPLE_RUNS
@@ -84,7 +85,8 @@ async def spent_tokens(
     """Tokens spent per owner in the window; owners with no finished runs are absent."""
     if not owner_ids:
         return {}
-    rows = await conn.execute(
+    rows = await direct.fetch(
+        conn,
         _SPENT_BY_OWNER_SQL,
         {"owner_ids": list(owner_ids), "start": window.start, "end": window.end},
     )

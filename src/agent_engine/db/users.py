@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_engine.db import direct
 from agent_engine.db.platform import load_platform_settings
+from agent_engine.db.rows import AnyRow, columns
 
 OWNER_TIMEZONE = text("SELECT timezone FROM users WHERE id = :id")
 # A row lock on the owner, compatible with the FK checks of agent inserts.
@@ -104,13 +105,14 @@ class UserRow:
     is_active: bool
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> UserRow:
+    def from_row(cls, row: AnyRow) -> UserRow:
+        values = columns(row)
         return cls(
-            id=int(row.id),
-            email=row.email,
-            display_name=row.display_name,
-            timezone=row.timezone,
-            is_active=bool(row.is_active),
+            id=int(values["id"]),
+            email=values["email"],
+            display_name=values["display_name"],
+            timezone=values["timezone"],
+            is_active=bool(values["is_active"]),
         )
 
 
@@ -125,7 +127,7 @@ class UpsertedUser:
 
 async def read_user(conn: AsyncConnection, user_id: int) -> UserRow | None:
     """The stored user, or None on first sight."""
-    row = (await conn.execute(READ_USER, {"id": user_id})).one_or_none()
+    row = next(iter(await direct.fetch(conn, READ_USER, {"id": user_id})), None)
     return None if row is None else UserRow.from_row(row)
 
 

@@ -6,17 +6,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import agents as agents_db
-from agent_engine.db import catalog
+from agent_engine.db import catalog, platform, spend, users
 from agent_engine.db import runs as runs_db
 from agent_engine.db.agents import AgentRow
 from agent_engine.db.catalog import AgentModelRow, ToolRow
 from agent_engine.db.rows import read_keyed_rows, read_rows
 from agent_engine.db.runs import RunRow
+from agent_engine.domain.budget import week_window
 from tests.support.factories import Factories
 
 TABLES: list[tuple[str, type[Any]]] = [
@@ -122,6 +124,19 @@ async def test_the_statements_that_read_by_position(
         assert all(t.access == "read" and t.source_id is None for _, t in pairs)
 
 
+async def _spent(conn: AsyncConnection, owners: list[int]) -> dict[int, int]:
+    window = week_window(datetime.now(UTC), ZoneInfo("UTC"))
+    return await spend.spent_tokens(conn, owners, window=window)
+
+
+async def _settings(conn: AsyncConnection, _: list[int]) -> Any:
+    return await platform.load_platform_settings(conn)
+
+
+async def _user(conn: AsyncConnection, ids: list[int]) -> Any:
+    return await users.read_user(conn, ids[0])
+
+
 async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
     engine: AsyncEngine, factories: Factories
 ) -> None:
@@ -136,7 +151,13 @@ async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
         (runs_db.active_runs, agent_ids),
         (runs_db.last_finished_runs, agent_ids),
         (runs_db.active_runs, [999_999]),  # no rows
+        (_spent, [owner]),
+        (_settings, []),
+        (_user, [owner]),
+        (_user, [999_999]),  # nobody
     ]
+    await factories.setting("agent_weekly_token_cap", 1000)
+    await factories.setting("agent_budget_alert_percents", [50, 80])
     seen: list[tuple[str, bool]] = []
 
     def count(_conn: Any, cursor: Any, statement: str, *_: Any) -> None:
@@ -154,6 +175,10 @@ async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", count)
     assert direct_reads == through_sqlalchemy
-    assert direct_reads[-1] == [] and all(direct_reads[:-1])
+    assert direct_reads[5] == [] and direct_reads[-1] is None
+    assert all(direct_reads[:5]) and all(direct_reads[6:-1])
+    assert direct_reads[6] == {owner: 30}
+    assert direct_reads[7].weekly_token_cap == 1000
+    assert direct_reads[7].budget_alert_percents == (50, 80)
     assert len(seen) == len(reads)
     assert all(direct for _, direct in seen)
