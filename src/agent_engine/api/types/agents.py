@@ -29,7 +29,7 @@ from agent_engine.api.types.schedules import Schedule, schedule_from_json
 from agent_engine.api.types.users import User, existing_user, owner_zone
 from agent_engine.db.agents import AgentRow
 from agent_engine.db.approvals import ApprovalRow
-from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.catalog import ToolRow
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
 from agent_engine.domain import gate
@@ -158,10 +158,11 @@ def _gate(row: AgentRow) -> dict[str, bool]:
 
 @dataclass(frozen=True)
 class AgentRelations:
-    """An agent's related rows, fetched for a whole page at once (Viewer.agents)."""
+    """An agent's related objects, fetched for a whole page at once (Viewer.agents). A model or
+    tool many agents share is one object, made once for the page."""
 
-    model: AgentModelRow | None
-    tools: list[ToolRow]
+    model: AgentModel | None
+    tools: list[Tool]
     active_run: RunRow | None
     last_run: RunRow | None
 
@@ -213,8 +214,7 @@ class Agent:
     @strawberry.field
     def model(self, info: Info) -> AgentModel | None:
         if self.relations is not None:
-            row = self.relations.model
-            return AgentModel.from_row(row) if row else None
+            return self.relations.model
         return awaited_later(self._load_model(info))
 
     async def _load_model(self, info: Info) -> AgentModel | None:
@@ -270,7 +270,7 @@ class Agent:
     )
     def tools(self, info: Info) -> list[Tool]:
         if self.relations is not None:
-            return [Tool.from_row(r) for r in self.relations.tools]
+            return list(self.relations.tools)
         return awaited_later(self._load_tools(info))
 
     async def _load_tools(self, info: Info) -> list[Tool]:

@@ -8,6 +8,7 @@ from strawberry.types.nodes import SelectedField, Selection
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.types.agents import PREFETCHED_AGENT_FIELDS, Agent, AgentRelations
 from agent_engine.api.types.budget import Budget, BudgetAlert
+from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, existing_user
 
 
@@ -33,12 +34,17 @@ class Viewer:
         ids = [r.id for r in rows]
         model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
         found = await loaders.page_relations(ids, model_ids)
+        models = {model_id: AgentModel.from_row(model) for model_id, model in found.models.items()}
+        tools: dict[int, Tool] = {}
         return [
             Agent.from_row(
                 row,
                 AgentRelations(
-                    model=found.models.get(row.model_id) if row.model_id is not None else None,
-                    tools=found.tools[agent_id],
+                    model=models.get(row.model_id) if row.model_id is not None else None,
+                    tools=[
+                        tools.get(tool.id) or tools.setdefault(tool.id, Tool.from_row(tool))
+                        for tool in found.tools[agent_id]
+                    ],
                     active_run=found.active_runs.get(agent_id),
                     last_run=found.last_runs.get(agent_id),
                 ),
