@@ -316,7 +316,7 @@ async def auto_approved_of_agents(
     conn: AsyncConnection, agent_ids: Sequence[int]
 ) -> list[tuple[int, ToolRow]]:
     rows = await conn.execute(AUTO_APPROVED_OF_AGENTS, {"ids": list(agent_ids)})
-    return read_keyed_rows(rows, "agent_id", ToolRow)
+    return read_keyed_rows(rows, "agent_id", ToolRow, same_by="id")
 
 
 async def tools_of_sources(conn: AsyncConnection, source_ids: Sequence[int]) -> list[ToolRow]:
@@ -354,4 +354,4 @@ async def tools_of_agents(
 ) -> list[tuple[int, ToolRow]]:
     """(agent id, tool) for each agent's selection, by tool name."""
     rows = await direct.fetch(conn, TOOLS_OF_AGENTS, {"ids": list(agent_ids)})
-    return read_keyed_rows(rows, "agent_id", ToolRow)
+    return read_keyed_rows(rows, "agent_id", ToolRow, same_by="id")

@@ -43,14 +43,25 @@ def read_rows(result: Rows, cls: type[R]) -> list[R]:
     return [cls(*pick(row)) for row in result]
 
 
-def read_keyed_rows(result: Rows, key: str, cls: type[R]) -> list[tuple[Any, R]]:
-    """As `read_rows`, each row paired with its column `key` (a column `cls` does not have)."""
+def read_keyed_rows(result: Rows, key: str, cls: type[R], *, same_by: str) -> list[tuple[Any, R]]:
+    """As `read_rows`, each row paired with its column `key` (a column `cls` does not have).
+
+    Rows with the same `same_by` column (the row's own id, in a join that repeats it per key)
+    are one object, made once.
+    """
     keys = tuple(result.keys())
     if not keys:
         return []
     pick = _picker(keys, cast(Hashable, cls))
-    where = keys.index(key)
-    return [(row[where], cls(*pick(row))) for row in result]
+    where, same = keys.index(key), keys.index(same_by)
+    made: dict[Any, R] = {}
+    pairs: list[tuple[Any, R]] = []
+    for row in result:
+        value = made.get(row[same])
+        if value is None:
+            value = made[row[same]] = cls(*pick(row))
+        pairs.append((row[where], value))
+    return pairs
 
 
 @functools.lru_cache(maxsize=256)

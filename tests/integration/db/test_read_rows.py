@@ -105,6 +105,20 @@ async def test_the_statements_that_read_by_position(
             (agent_ids[0], "current_time"),
         ]
         assert all(tool.access == "read" and tool.input_schema is None for _, tool in tools)
+        calculator = tools[0][1]
+        await conn.execute(
+            text("INSERT INTO agent_tools (agent_id, tool_id) VALUES (:a, :t)"),
+            {"a": agent_ids[1], "t": calculator.id},
+        )
+        await conn.commit()
+        shared = await catalog.tools_of_agents(conn, agent_ids)
+        assert sorted((agent, tool.name) for agent, tool in shared) == [
+            (agent_ids[0], "calculator"),
+            (agent_ids[0], "current_time"),
+            (agent_ids[1], "calculator"),
+        ]
+        same = [tool for _, tool in shared if tool.name == "calculator"]
+        assert same[0] is same[1] and same[0] == calculator  # one object per tool row
 
         last = {r.agent_id: r for r in await runs_db.last_finished_runs(conn, agent_ids)}
         assert last[agent_ids[0]].output == "done"
@@ -119,7 +133,7 @@ async def test_the_statements_that_read_by_position(
                 "SELECT 7 AS agent_id, id, name, description, agents_allowed, created_at FROM tools"
             )
         )
-        pairs = read_keyed_rows(partial, "agent_id", ToolRow)
+        pairs = read_keyed_rows(partial, "agent_id", ToolRow, same_by="id")
         assert {agent for agent, _ in pairs} == {7}
         assert all(t.access == "read" and t.source_id is None for _, t in pairs)
 
