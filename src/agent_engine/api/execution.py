@@ -2,7 +2,8 @@
 
 A page of 100 agents completes about a thousand fields, and graphql-core plus Strawberry spend more
 on the machinery of each field than on the field itself (bench/README, "CPU per unit of work").
-Two things are decided once per schema field and fall back to the standard path for anything else:
+Two things are decided once per schema field when the schema is built (`streamline`), and fall
+back to the standard path for anything else:
 
 - **A plain leaf** — no resolver, no arguments, no field extensions, a scalar or enum type, not a
   list — is read off its source and coerced in place: no response path, no resolve info, no
@@ -67,39 +68,30 @@ def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
     return _Leaf(field.python_name, named.coerce_output_value, non_null)
 
 
+# Where `streamline` leaves the plain-leaf plans: in the GraphQL schema's own `extensions`, by
+# object type name, then field name.
+PLAIN_LEAVES = "agent_engine.plain_leaves"
+
+LeafPlans = dict[str, dict[str, _Leaf]]
+
+
 def _probe(_source: Any, _info: Any) -> None:
     """A resolver that middleware would wrap."""
-
-
-class _Fallback(Exception):
-    """The fast read met something the standard path must handle (and word)."""
 
 
 class Executor(StrawberryGraphQLCoreExecutionContext):
     """graphql-core's executor (as Strawberry sets it up), plain leaves completed in place."""
 
-    # Per GraphQL field object: its plain-leaf plan, or None. Keyed by id with the field kept in the
-    # value, so a schema built later (tests build many) never inherits a dead field's plan.
-    _leaves: dict[int, tuple[GraphQLField, _Leaf | None]] = {}
+    _leaf_plans: LeafPlans | None = None
 
-    def _leaf(self, field_def: GraphQLField) -> _Leaf | None:
-        cached = self._leaves.get(id(field_def))
-        if cached is not None and cached[0] is field_def:
-            return cached[1]
-        plan = _plain_leaf(field_def)
-        self._leaves[id(field_def)] = (field_def, plan)
-        return plan
-
-    _has_middleware: bool | None = None
-
-    def _middleware(self) -> bool:
-        """Whether an extension wraps the resolvers (then every field takes the standard path)."""
-        if self._has_middleware is None:
+    def _plans(self) -> LeafPlans:
+        """The schema's plain-leaf plans; none when an extension wraps the resolvers (then every
+        field takes the standard path) or the schema was not `streamline`d."""
+        if self._leaf_plans is None:
             manager = self.middleware_manager
-            self._has_middleware = (
-                manager is not None and manager.get_field_resolver(_probe) is not _probe
-            )
-        return self._has_middleware
+            wrapped = manager is not None and manager.get_field_resolver(_probe) is not _probe
+            self._leaf_plans = {} if wrapped else self.schema.extensions.get(PLAIN_LEAVES, {})
+        return self._leaf_plans
 
     def execute_fields(
         self,
@@ -109,24 +101,22 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         grouped_field_set: Any,
         position_context: Any,
     ) -> Any:
-        if self._middleware():
+        leaves = self._plans().get(parent_type.name)
+        if leaves is None:
             return super().execute_fields(
                 parent_type, source_value, path, grouped_field_set, position_context
             )
         results: dict[str, Any] = {}
         is_awaitable = self.is_awaitable
         awaitable_fields: list[str] = []
-        fields = parent_type.fields
         try:
             for response_name, field_details_list in grouped_field_set.items():
-                field_def = fields.get(field_details_list[0].node.name.value)
-                leaf = self._leaf(field_def) if field_def is not None else None
+                leaf = leaves.get(field_details_list[0].node.name.value)
                 if leaf is not None:
-                    try:
-                        results[response_name] = _read_leaf(leaf, source_value)
+                    value = _read_leaf(leaf, source_value)
+                    if value is not Undefined:
+                        results[response_name] = value
                         continue
-                    except Exception:  # the standard path below words it
-                        pass
                 result = self.execute_field(
                     parent_type,
                     source_value,
@@ -159,33 +149,40 @@ async def _gathered(results: dict[str, Any], awaitable_fields: list[str]) -> dic
 
 
 def _read_leaf(leaf: _Leaf, source: Any) -> Any:
-    value = getattr(source, leaf.attribute)
-    if value is None:
-        if leaf.non_null:
-            raise _Fallback
-        return None
-    if isinstance(value, Exception):
-        raise _Fallback
-    coerced = leaf.coerce(value)
-    if coerced is None or coerced is Undefined:
-        raise _Fallback
-    return coerced
+    """The leaf's coerced value; Undefined where the standard path must complete (and word) it:
+    null in a non-null field, an exception, a coercion that fails."""
+    try:
+        value = getattr(source, leaf.attribute)
+        if value is None:
+            return Undefined if leaf.non_null else None
+        if isinstance(value, Exception):
+            return Undefined
+        coerced = leaf.coerce(value)
+    except Exception:
+        return Undefined
+    return Undefined if coerced is None else coerced
 
 
-def call_resolvers_directly(schema: Any) -> None:
-    """Point each eligible field of a built Strawberry schema at its resolver function itself."""
-    if schema.exception_handlers:
-        return
+def streamline(schema: Any) -> None:
+    """Decide, once per field of a built Strawberry schema, what `Executor` may shortcut: its
+    plain leaves (kept in the GraphQL schema's `extensions`), and the synchronous resolvers it
+    calls directly (set as the fields' resolvers)."""
     graphql_schema: GraphQLSchema = schema._schema
     subscription = graphql_schema.subscription_type
     info_class = schema.config.info_class
+    plans: LeafPlans = {}
     for graphql_type in graphql_schema.type_map.values():
         if not isinstance(graphql_type, GraphQLObjectType) or graphql_type is subscription:
             continue
-        for field_def in graphql_type.fields.values():
-            direct = _direct_resolver(field_def, info_class)
+        for name, field_def in graphql_type.fields.items():
+            leaf = _plain_leaf(field_def)
+            if leaf is not None:
+                plans.setdefault(graphql_type.name, {})[name] = leaf
+                continue
+            direct = None if schema.exception_handlers else _direct_resolver(field_def, info_class)
             if direct is not None:
                 field_def.resolve = direct
+    graphql_schema.extensions = {**graphql_schema.extensions, PLAIN_LEAVES: plans}
 
 
 def _direct_resolver(field_def: GraphQLField, info_class: type) -> Callable[..., Any] | None:

@@ -14,7 +14,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
 
 from agent_engine.api.errors import ErrorPolicy
-from agent_engine.api.execution import Executor, call_resolvers_directly
+from agent_engine.api.execution import Executor, streamline
 from agent_engine.api.mutations import Mutation
 from agent_engine.api.queries import Query
 from agent_engine.api.scalars import SCALAR_MAP
@@ -41,7 +41,7 @@ def build_schema(
         config=StrawberryConfig(scalar_map=SCALAR_MAP),
         execution_context_class=Executor,
     )
-    call_resolvers_directly(schema)
+    streamline(schema)
     return schema
 
 

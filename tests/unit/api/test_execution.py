@@ -11,7 +11,7 @@ import pytest
 import strawberry
 from strawberry.types import Info
 
-from agent_engine.api.execution import Executor, call_resolvers_directly
+from agent_engine.api.execution import Executor, streamline
 
 
 @strawberry.enum
@@ -92,7 +92,7 @@ class Query:
 def _schemas() -> tuple[strawberry.Schema, strawberry.Schema]:
     standard = strawberry.Schema(query=Query)
     fast = strawberry.Schema(query=Query, execution_context_class=Executor)
-    call_resolvers_directly(fast)
+    streamline(fast)
     return standard, fast
 
 
@@ -157,7 +157,7 @@ async def test_an_extension_that_wraps_resolvers_still_sees_every_field() -> Non
             return _next(root, info, *args, **kwargs)
 
     fast = strawberry.Schema(query=Query, extensions=[Watch], execution_context_class=Executor)
-    call_resolvers_directly(fast)
+    streamline(fast)
     result = await fast.execute("{ items { id name } }")
     assert result.data is not None
     assert seen.count("name") == len(ITEMS) and seen.count("id") == len(ITEMS)
