@@ -16,15 +16,18 @@ to asyncpg's `$n` form, on the same pooled connection, and returns rows `read_ro
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-# Per statement object: (the statement, its asyncpg SQL, its parameter names in `$n` order). The
-# statement is kept so that a statement built later at a reused id never gets another's form.
-_forms: dict[int, tuple[TextClause, str, tuple[str, ...]]] = {}
+# Per statement object (hashed by identity): its asyncpg SQL and its parameter names in `$n`
+# order; gone with the statement.
+_forms: weakref.WeakKeyDictionary[TextClause, tuple[str, tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Fetched:
@@ -56,10 +59,8 @@ async def fetch(conn: AsyncConnection, statement: TextClause, params: Mapping[st
 
 
 def _asyncpg_form(statement: TextClause, conn: AsyncConnection) -> tuple[str, tuple[str, ...]]:
-    cached = _forms.get(id(statement))
-    if cached is not None and cached[0] is statement:
-        return cached[1], cached[2]
-    compiled = statement.compile(dialect=conn.dialect)
-    form = (str(compiled), tuple(compiled.positiontup or ()))
-    _forms[id(statement)] = (statement, *form)
+    form = _forms.get(statement)
+    if form is None:
+        compiled = statement.compile(dialect=conn.dialect)
+        form = _forms[statement] = (str(compiled), tuple(compiled.positiontup or ()))
     return form

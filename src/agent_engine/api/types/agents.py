@@ -270,7 +270,7 @@ class Agent:
     )
     def tools(self, info: Info) -> list[Tool]:
         if self.relations is not None:
-            return list(self.relations.tools)
+            return self.relations.tools
         return awaited_later(self._load_tools(info))
 
     async def _load_tools(self, info: Info) -> list[Tool]:
