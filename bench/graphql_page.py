@@ -160,6 +160,11 @@ async def run(bench: Bench) -> ScenarioResult:
             for _ in range(10):  # warm-up: connections, prepared statements, schema caches
                 await _timed(client, graphql(BIG_OWNER))
                 await _timed(client, baseline(BIG_OWNER))
+            # ... and both pools filled to what 32 clients use: otherwise the first measured
+            # GraphQL block opened its ~19 PostgreSQL sessions (TLS attempt, type introspection,
+            # statement preparation each) while the baseline's pool was made with 10 open.
+            for request in (graphql(BIG_OWNER), baseline(BIG_OWNER)):
+                await _block(client, request, clients=CONCURRENCY, per_client=2)
             statements: dict[int, int] = {}
             for owner in (SMALL_OWNER, BIG_OWNER):
                 await client.get("/_bench/statements")

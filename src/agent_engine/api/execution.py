@@ -2,8 +2,9 @@
 
 A page of 100 agents completes about a thousand fields, and graphql-core plus Strawberry spend more
 on the machinery of each field than on the field itself (bench/README, "CPU per unit of work").
-Two things are decided once per schema field when the schema is built (`streamline`), and fall
-back to the standard path for anything else:
+What each schema field may skip is decided once, when the schema is built (`streamline`); which
+fields of a selection take the short way is decided once per selection and execution. Anything
+else takes the standard path:
 
 - **A plain leaf** — no resolver, no arguments, no field extensions, a scalar or enum type, not a
   list — is read off its source and coerced in place: no response path, no resolve info, no
@@ -13,25 +14,33 @@ back to the standard path for anything else:
 - **A synchronous resolver** with no GraphQL arguments, no field extensions and no exception
   handlers is called directly — the source as `self`, Strawberry's `Info` when it asks for one —
   instead of through Strawberry's per-call argument conversion and extension chain, which have
-  nothing to do for it. graphql-core still runs and completes it (errors, nullability, paths).
+  nothing to do for it. Its usual results are completed in place: null where the type allows it,
+  an object of a concrete type without `is_type_of` (its selection executed as graphql-core would),
+  a list of such objects or of leaves with no null, exception or awaitable among them, a leaf that
+  coerces. Any other result — an exception, an awaitable, null where the type is non-null, an item
+  that is not plain — is completed by graphql-core's own `complete_value` with the same resolve
+  info, and the resolver is not called again. An exception is handled as graphql-core handles it.
 
-Results, errors and their paths are the same as graphql-core's and Strawberry's own; the whole API
-suite runs on this executor.
+Results, errors and their paths are the same as graphql-core's and Strawberry's own
+(`tests/unit/api/test_execution.py` compares them); the whole API suite runs on this executor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, cast
 
 from graphql import (
     GraphQLEnumType,
     GraphQLField,
+    GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
+    GraphQLOutputType,
     GraphQLScalarType,
     GraphQLSchema,
 )
+from graphql.execution.executor import to_nodes
 from graphql.pyutils import Path, Undefined, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
@@ -40,6 +49,10 @@ from strawberry.types.field import StrawberryField
 # The key under which Strawberry keeps a GraphQL field's StrawberryField.
 _DEFINITION = GraphQLCoreConverter.DEFINITION_BACKREF
 
+# The directives graphql-core has applied by the time fields are collected; a field carrying any
+# other (@stream, say) takes the standard path.
+_COLLECTION_DIRECTIVES = frozenset({"skip", "include"})
+
 
 class _Leaf(NamedTuple):
     """How to read and coerce a plain leaf field in place."""
@@ -47,6 +60,29 @@ class _Leaf(NamedTuple):
     attribute: str
     coerce: Callable[[Any], Any]
     non_null: bool
+
+
+# The shapes of a direct resolver's result that `Executor` completes in place.
+_OTHER, _OBJECT, _OBJECTS, _LEAF, _LEAVES = range(5)
+
+
+class _Direct(NamedTuple):
+    """A synchronous resolver called directly, and the shape its result is completed in."""
+
+    field_def: GraphQLField
+    function: Callable[..., Any]
+    info_name: str | None  # the resolver's `Info` parameter, if it has one
+    field: StrawberryField
+    info_class: type
+    non_null: bool
+    shape: int
+    # The object type of _OBJECT/_OBJECTS; the leaf's coercion of _LEAF/_LEAVES.
+    object_type: GraphQLObjectType | None
+    coerce: Callable[[Any], Any] | None
+    item_type: GraphQLOutputType | None  # of a list, as its errors name it
+
+
+FieldPlan = _Leaf | _Direct
 
 
 def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
@@ -68,11 +104,19 @@ def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
     return _Leaf(field.python_name, named.coerce_output_value, non_null)
 
 
-# Where `streamline` leaves the plain-leaf plans: in the GraphQL schema's own `extensions`, by
-# object type name, then field name.
-PLAIN_LEAVES = "agent_engine.plain_leaves"
+# Where `streamline` leaves the plans: in the GraphQL schema's own `extensions`, by object type
+# name, then field name.
+FIELD_PLANS = "agent_engine.field_plans"
 
-LeafPlans = dict[str, dict[str, _Leaf]]
+FieldPlans = dict[str, dict[str, FieldPlan]]
+
+
+class _Step(NamedTuple):
+    """One response key of a selection, as `Executor.execute_fields` takes it."""
+
+    response_name: str
+    field_details_list: Any
+    plan: FieldPlan | None  # None: the standard path
 
 
 def _probe(_source: Any, _info: Any) -> None:
@@ -80,18 +124,44 @@ def _probe(_source: Any, _info: Any) -> None:
 
 
 class Executor(StrawberryGraphQLCoreExecutionContext):
-    """graphql-core's executor (as Strawberry sets it up), plain leaves completed in place."""
+    """graphql-core's executor (as Strawberry sets it up), with the shortcuts above."""
 
-    _leaf_plans: LeafPlans | None = None
+    _field_plans: FieldPlans | None = None
+    _selection_steps: dict[tuple[str, int], tuple[Any, tuple[_Step, ...] | None]] | None = None
 
-    def _plans(self) -> LeafPlans:
-        """The schema's plain-leaf plans; none when an extension wraps the resolvers (then every
+    def _plans(self) -> FieldPlans:
+        """The schema's field plans; none when an extension wraps the resolvers (then every
         field takes the standard path) or the schema was not `streamline`d."""
-        if self._leaf_plans is None:
+        if self._field_plans is None:
             manager = self.middleware_manager
             wrapped = manager is not None and manager.get_field_resolver(_probe) is not _probe
-            self._leaf_plans = {} if wrapped else self.schema.extensions.get(PLAIN_LEAVES, {})
-        return self._leaf_plans
+            self._field_plans = {} if wrapped else self.schema.extensions.get(FIELD_PLANS, {})
+        return self._field_plans
+
+    def _steps(
+        self, parent_type: GraphQLObjectType, grouped_field_set: Any
+    ) -> tuple[_Step, ...] | None:
+        """How to take each key of a selection; None when no key has a shortcut. Decided once per
+        selection and execution (a list's items share their selection)."""
+        cache = self._selection_steps
+        if cache is None:
+            cache = self._selection_steps = {}
+        key = (parent_type.name, id(grouped_field_set))
+        cached = cache.get(key)
+        # The selection is kept with its steps, so its id cannot be reused while cached.
+        if cached is not None and cached[0] is grouped_field_set:
+            return cached[1]
+        plans = self._plans().get(parent_type.name)
+        steps: tuple[_Step, ...] | None = None
+        if plans:
+            steps = tuple(
+                _Step(name, details, _plan_for(plans, details))
+                for name, details in grouped_field_set.items()
+            )
+            if all(step.plan is None for step in steps):
+                steps = None
+        cache[key] = (grouped_field_set, steps)
+        return steps
 
     def execute_fields(
         self,
@@ -101,8 +171,8 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         grouped_field_set: Any,
         position_context: Any,
     ) -> Any:
-        leaves = self._plans().get(parent_type.name)
-        if leaves is None:
+        steps = self._steps(parent_type, grouped_field_set)
+        if steps is None:
             return super().execute_fields(
                 parent_type, source_value, path, grouped_field_set, position_context
             )
@@ -110,20 +180,30 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         is_awaitable = self.is_awaitable
         awaitable_fields: list[str] = []
         try:
-            for response_name, field_details_list in grouped_field_set.items():
-                leaf = leaves.get(field_details_list[0].node.name.value)
-                if leaf is not None:
-                    value = _read_leaf(leaf, source_value)
+            for response_name, field_details_list, plan in steps:
+                if type(plan) is _Leaf:
+                    value = _read_leaf(plan, source_value)
                     if value is not Undefined:
                         results[response_name] = value
                         continue
-                result = self.execute_field(
-                    parent_type,
-                    source_value,
-                    field_details_list,
-                    Path(path, response_name, parent_type.name),
-                    position_context,
-                )
+                field_path = Path(path, response_name, parent_type.name)
+                if type(plan) is _Direct:
+                    result = self._execute_direct(
+                        plan,
+                        parent_type,
+                        source_value,
+                        field_details_list,
+                        field_path,
+                        position_context,
+                    )
+                else:
+                    result = self.execute_field(
+                        parent_type,
+                        source_value,
+                        field_details_list,
+                        field_path,
+                        position_context,
+                    )
                 if result is not Undefined:
                     results[response_name] = result
                     if is_awaitable(result):
@@ -135,6 +215,126 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         if not awaitable_fields:
             return results
         return _gathered(results, awaitable_fields)
+
+    def _execute_direct(
+        self,
+        plan: _Direct,
+        parent_type: GraphQLObjectType,
+        source: Any,
+        field_details_list: Any,
+        path: Path,
+        position_context: Any,
+    ) -> Any:
+        """`execute_field` for a resolver called directly, its usual results completed in place."""
+        return_type = plan.field_def.type
+        info = None
+        try:
+            if plan.info_name is None:
+                result = plan.function(source)
+            else:
+                info = self.build_resolve_info(
+                    plan.field_def, to_nodes(field_details_list), parent_type, path
+                )
+                strawberry_info = plan.info_class(_raw_info=info, _field=plan.field)
+                result = plan.function(source, **{plan.info_name: strawberry_info})
+            completed = self._complete_in_place(
+                plan, field_details_list, path, result, position_context
+            )
+            if completed is Undefined:
+                if info is None:
+                    info = self.build_resolve_info(
+                        plan.field_def, to_nodes(field_details_list), parent_type, path
+                    )
+                if self.is_awaitable(result):
+                    return self.complete_awaitable_value(
+                        return_type, field_details_list, info, path, result, position_context
+                    )
+                completed = self.complete_value(
+                    return_type, field_details_list, info, path, result, position_context
+                )
+            if self.is_awaitable(completed):
+                return self._await_completed(completed, return_type, field_details_list, path)
+        except Exception as raw_error:
+            self.handle_field_error(raw_error, return_type, field_details_list, path)
+            return None
+        return completed
+
+    async def _await_completed(
+        self, completed: Awaitable[Any], return_type: GraphQLOutputType, details: Any, path: Path
+    ) -> Any:
+        """As `execute_field` awaits a completion that turned out asynchronous."""
+        try:
+            return await completed
+        except Exception as raw_error:
+            self.handle_field_error(raw_error, return_type, details, path)
+            return None
+
+    def _complete_in_place(
+        self, plan: _Direct, details: Any, path: Path, result: Any, position_context: Any
+    ) -> Any:
+        """The completed result, or Undefined where `complete_value` must complete it."""
+        if result is None:
+            return Undefined if plan.non_null else None
+        shape = plan.shape
+        if shape == _OBJECT:
+            if isinstance(result, Exception) or self.is_awaitable(result):
+                return Undefined
+            return self.collect_and_execute_subfields(
+                cast(GraphQLObjectType, plan.object_type), details, path, result, position_context
+            )
+        if shape == _LEAF:
+            return _coerced(cast(Callable[[Any], Any], plan.coerce), result)
+        if shape == _OBJECTS:
+            return self._complete_objects(plan, details, path, result, position_context)
+        if shape == _LEAVES and type(result) is list:
+            coerce = cast(Callable[[Any], Any], plan.coerce)
+            leaves = [_coerced(coerce, item) for item in result]
+            return Undefined if Undefined in leaves else leaves
+        return Undefined
+
+    def _complete_objects(
+        self, plan: _Direct, details: Any, path: Path, items: Any, position_context: Any
+    ) -> Any:
+        """A list of present objects, completed as `complete_iterable_value` completes it."""
+        if type(items) is not list:
+            return Undefined
+        is_awaitable = self.is_awaitable
+        for item in items:
+            if item is None or isinstance(item, Exception) or is_awaitable(item):
+                return Undefined
+        object_type = cast(GraphQLObjectType, plan.object_type)
+        item_type = cast(GraphQLOutputType, plan.item_type)
+        completed: list[Any] = []
+        awaitable_indices: list[int] = []
+        for index, item in enumerate(items):
+            item_path = path.add_key(index, None)
+            try:
+                value = self.collect_and_execute_subfields(
+                    object_type, details, item_path, item, position_context
+                )
+            except Exception as raw_error:
+                self.handle_field_error(raw_error, item_type, details, item_path)
+                value = None
+            else:
+                if is_awaitable(value):
+                    value = self._await_completed(value, item_type, details, item_path)
+                    awaitable_indices.append(index)
+            completed.append(value)
+        if not awaitable_indices:
+            return completed
+        return _gathered_items(completed, awaitable_indices)
+
+
+def _plan_for(plans: dict[str, FieldPlan], field_details_list: Any) -> FieldPlan | None:
+    node = field_details_list[0].node
+    plan = plans.get(node.name.value)
+    if plan is None:
+        return None
+    for details in field_details_list:
+        directives = details.node.directives
+        if directives and any(d.name.value not in _COLLECTION_DIRECTIVES for d in directives):
+            return None
+    return plan
 
 
 async def _gathered(results: dict[str, Any], awaitable_fields: list[str]) -> dict[str, Any]:
@@ -148,16 +348,32 @@ async def _gathered(results: dict[str, Any], awaitable_fields: list[str]) -> dic
     return results
 
 
+async def _gathered_items(completed: list[Any], awaitable_indices: list[int]) -> list[Any]:
+    """As graphql-core's `complete_iterable_value` settles the items that completed later."""
+    settled = await gather_with_cancel(*(completed[index] for index in awaitable_indices))
+    for index, value in zip(awaitable_indices, settled, strict=True):
+        completed[index] = value
+    return completed
+
+
 def _read_leaf(leaf: _Leaf, source: Any) -> Any:
     """The leaf's coerced value; Undefined where the standard path must complete (and word) it:
     null in a non-null field, an exception, a coercion that fails."""
     try:
         value = getattr(source, leaf.attribute)
-        if value is None:
-            return Undefined if leaf.non_null else None
-        if isinstance(value, Exception):
-            return Undefined
-        coerced = leaf.coerce(value)
+    except Exception:
+        return Undefined
+    if value is None:
+        return Undefined if leaf.non_null else None
+    return _coerced(leaf.coerce, value)
+
+
+def _coerced(coerce: Callable[[Any], Any], value: Any) -> Any:
+    """A leaf value coerced for output; Undefined where the standard path must word the error."""
+    if value is None or isinstance(value, Exception):
+        return Undefined
+    try:
+        coerced = coerce(value)
     except Exception:
         return Undefined
     return Undefined if coerced is None else coerced
@@ -165,27 +381,28 @@ def _read_leaf(leaf: _Leaf, source: Any) -> Any:
 
 def streamline(schema: Any) -> None:
     """Decide, once per field of a built Strawberry schema, what `Executor` may shortcut: its
-    plain leaves (kept in the GraphQL schema's `extensions`), and the synchronous resolvers it
-    calls directly (set as the fields' resolvers)."""
+    plain leaves and the synchronous resolvers it calls directly (plans kept in the GraphQL
+    schema's `extensions`; a direct resolver is also set as the field's resolver, for the
+    standard path)."""
     graphql_schema: GraphQLSchema = schema._schema
     subscription = graphql_schema.subscription_type
     info_class = schema.config.info_class
-    plans: LeafPlans = {}
+    plans: FieldPlans = {}
     for graphql_type in graphql_schema.type_map.values():
         if not isinstance(graphql_type, GraphQLObjectType) or graphql_type is subscription:
             continue
         for name, field_def in graphql_type.fields.items():
-            leaf = _plain_leaf(field_def)
-            if leaf is not None:
-                plans.setdefault(graphql_type.name, {})[name] = leaf
-                continue
-            direct = None if schema.exception_handlers else _direct_resolver(field_def, info_class)
-            if direct is not None:
-                field_def.resolve = direct
-    graphql_schema.extensions = {**graphql_schema.extensions, PLAIN_LEAVES: plans}
+            plan: FieldPlan | None = _plain_leaf(field_def)
+            if plan is None and not schema.exception_handlers:
+                plan = _direct_resolver(field_def, info_class)
+                if plan is not None:
+                    field_def.resolve = _resolve_directly(plan)
+            if plan is not None:
+                plans.setdefault(graphql_type.name, {})[name] = plan
+    graphql_schema.extensions = {**graphql_schema.extensions, FIELD_PLANS: plans}
 
 
-def _direct_resolver(field_def: GraphQLField, info_class: type) -> Callable[..., Any] | None:
+def _direct_resolver(field_def: GraphQLField, info_class: type) -> _Direct | None:
     field = field_def.extensions.get(_DEFINITION)
     if not isinstance(field, StrawberryField) or type(field).get_result is not (
         StrawberryField.get_result
@@ -203,16 +420,51 @@ def _direct_resolver(field_def: GraphQLField, info_class: type) -> Callable[...,
         or resolver.self_parameter is None
     ):
         return None
-    function = cast(Callable[..., Any], resolver.wrapped_func)
     info_parameter = resolver.info_parameter
-    if info_parameter is None:
+    return_type = field_def.type
+    non_null = isinstance(return_type, GraphQLNonNull)
+    named = return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type
+    shape, object_type, coerce, item_type = _OTHER, None, None, None
+    if isinstance(named, GraphQLList):
+        item_type = named.of_type
+        item = item_type.of_type if isinstance(item_type, GraphQLNonNull) else item_type
+        if isinstance(item, GraphQLObjectType) and item.is_type_of is None:
+            shape, object_type = _OBJECTS, item
+        elif isinstance(item, GraphQLScalarType | GraphQLEnumType):
+            shape, coerce = _LEAVES, item.coerce_output_value
+    elif isinstance(named, GraphQLObjectType) and named.is_type_of is None:
+        shape, object_type = _OBJECT, named
+    elif isinstance(named, GraphQLScalarType | GraphQLEnumType):
+        shape, coerce = _LEAF, named.coerce_output_value
+    return _Direct(
+        field_def=field_def,
+        function=cast(Callable[..., Any], resolver.wrapped_func),
+        info_name=None if info_parameter is None else info_parameter.name,
+        field=field,
+        info_class=info_class,
+        non_null=non_null,
+        shape=shape,
+        object_type=object_type,
+        coerce=coerce,
+        item_type=item_type,
+    )
+
+
+def _resolve_directly(plan: _Direct) -> Callable[[Any, Any], Any]:
+    """The field's resolver for the standard path: the function called as `Executor` calls it."""
+    function, info_name, field, info_class = (
+        plan.function,
+        plan.info_name,
+        plan.field,
+        plan.info_class,
+    )
+    if info_name is None:
 
         def resolve_plain(source: Any, _info: Any) -> Any:
             return function(source)
 
         resolve: Callable[[Any, Any], Any] = resolve_plain
     else:
-        info_name = info_parameter.name
 
         def resolve_with_info(source: Any, info: Any) -> Any:
             return function(source, **{info_name: info_class(_raw_info=info, _field=field)})

@@ -57,6 +57,82 @@ class Item:
     def times(self, by: int = 2) -> int:
         return (self.size or 0) * by
 
+    # Resolved objects and lists, in every shape the executor completes in place and every one
+    # it hands back to graphql-core.
+    @strawberry.field
+    def kids(self, info: Info) -> list[Item]:
+        number = int(self.id)
+        if number == 3:
+            return [_item(31), None]  # type: ignore[list-item]  # null in a non-null list
+        return [
+            _item(number * 10 + 1),
+            _item(number * 10 + 2, mandatory=None if number == 2 else "m"),
+        ]
+
+    @strawberry.field
+    def maybe_kids(self) -> list[Item | None] | None:
+        number = int(self.id)
+        if number == 1:
+            return [None, _item(12)]
+        if number == 4:
+            return None
+        if number == 3:
+            return [_item(31), ValueError("no kid 32")]  # type: ignore[list-item]
+        return [_item(21, size="bad")]
+
+    @strawberry.field
+    def must(self) -> Item:
+        return None if self.size is None else _item(int(self.id) + 200)  # type: ignore[return-value]
+
+    @strawberry.field
+    def fails(self) -> Item:
+        raise RuntimeError(f"no must for {self.id}")
+
+    @strawberry.field
+    def scores(self) -> list[int]:
+        return [1, 2] if int(self.id) != 4 else [1, "x"]  # type: ignore[list-item]
+
+    @strawberry.field
+    def later_kid(self) -> Item | None:
+        async def kid() -> Item:
+            await asyncio.sleep(0)
+            return _item(int(self.id) + 300)
+
+        return kid()  # type: ignore[return-value]
+
+    @strawberry.field
+    def later_kids(self) -> list[Item]:
+        async def kid() -> Item:
+            await asyncio.sleep(0)
+            return _item(int(self.id) + 400)
+
+        return [_item(int(self.id) + 500), kid()]  # type: ignore[list-item]
+
+    @strawberry.field
+    def shape(self) -> Shape:
+        return Square(side=int(self.id)) if int(self.id) % 2 else Circle(radius=int(self.id))
+
+    @strawberry.field
+    def square(self) -> Square | None:
+        return Square(side=int(self.id))
+
+
+@strawberry.interface
+class Shape:
+    @strawberry.field
+    def name(self) -> str:
+        return type(self).__name__.lower()
+
+
+@strawberry.type
+class Square(Shape):  # implements an interface: Strawberry gives it an is_type_of
+    side: int
+
+
+@strawberry.type
+class Circle(Shape):
+    radius: int
+
 
 def _item(number: int, *, size: int | None = 1, mandatory: Any = "m", **fields: Any) -> Item:
     values: dict[str, Any] = {
@@ -90,8 +166,8 @@ class Query:
 
 
 def _schemas() -> tuple[strawberry.Schema, strawberry.Schema]:
-    standard = strawberry.Schema(query=Query)
-    fast = strawberry.Schema(query=Query, execution_context_class=Executor)
+    standard = strawberry.Schema(query=Query, types=[Square, Circle])
+    fast = strawberry.Schema(query=Query, types=[Square, Circle], execution_context_class=Executor)
     streamline(fast)
     return standard, fast
 
@@ -103,6 +179,17 @@ QUERIES = [
     "{ items { n: name, n2: name, times(by: 3) } }",
     "{ one { id name later } }",
     "{ items { ...F } } fragment F on Item { id colour @include(if: false) size @skip(if: true) }",
+    "{ items { id kids { id name kids { id where } } } }",
+    "{ items { id kids { id mandatory } } }",
+    "{ items { id maybeKids { id size where } } }",
+    "{ items { id must { id where } } }",
+    "{ items { id fails { id } } }",
+    "{ items { id scores } }",
+    "{ items { id laterKid { id later } laterKids { id later } } }",
+    "{ items { id shape { name ... on Square { side } ... on Circle { radius } }"
+    " square { side } } }",
+    "{ items { id a: kids { id } b: kids { name } kids @include(if: true) { where } } }",
+    "{ one { kids { id kids { id kids { id mandatory } } } must { id } } }",
 ]
 
 
@@ -142,7 +229,22 @@ def test_only_plain_synchronous_fields_are_rewired() -> None:
     item = fast._schema.type_map["Item"].fields  # type: ignore[attr-defined]
     query = fast._schema.query_type.fields  # type: ignore[union-attr]
     direct = {name for name, f in item.items() if f.resolve.__module__ == Executor.__module__}
-    assert direct == {"double", "where", "broken", "later", "child"}  # not `times` (an argument)
+    assert direct == {  # not `times` (an argument)
+        "double",
+        "where",
+        "broken",
+        "later",
+        "child",
+        "kids",
+        "maybeKids",
+        "must",
+        "fails",
+        "scores",
+        "laterKid",
+        "laterKids",
+        "shape",
+        "square",
+    }
     assert query["one"].resolve.__module__ != Executor.__module__  # async: Strawberry's own
 
 
