@@ -333,6 +333,9 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 PYSPY_ENV = "BENCH_PYSPY_DIR"
 PYSPY_RATE_ENV = "BENCH_PYSPY_RATE"  # samples per second (py-spy's default: 100)
+# Set (to anything) to sample only the thread holding the GIL: Python's own CPU, without the
+# threads and awaits py-spy cannot tell from work (a send or a lock wait can look busy).
+PYSPY_GIL_ENV = "BENCH_PYSPY_GIL"
 
 
 def pyspy_binary() -> str | None:
@@ -362,6 +365,7 @@ def profiled(pid: int, name: str) -> Iterator[None]:
             binary,
             "record",
             "--nonblocking",
+            *(["--gil"] if os.environ.get(PYSPY_GIL_ENV) else []),
             "--rate",
             os.environ.get(PYSPY_RATE_ENV, "100"),
             "--format",

@@ -95,6 +95,40 @@ INSERT_QUEUED = text(
     " RETURNING *"
 )
 
+# What the platform settings are stored as, in one JSON object: the one-statement request and
+# claim compare it with the settings the caller computed its budget week and cap from.
+_STORED_PLATFORM = (
+    "(SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
+)
+
+# A manual request in one statement (autocommit, no BEGIN/COMMIT): the gate read with its KEY
+# SHARE lock (as `AGENT_GATE`), and the queued row (as `INSERT_QUEUED`) when the gate is open, the
+# platform settings are the ones the caller expects (`:platform`, from which it computed `:cap` and
+# the budget week `:start`/`:end`) and the owner's week is under the cap. The gate and the stored
+# settings come back either way, the run's columns NULL when nothing was inserted: the gate is
+# closed (the caller refuses, nothing written), or the transaction (`AGENT_GATE` …) decides
+# what to journal — budget spent, a run already unfinished, settings changed since.
+REQUEST_AT_ONCE = text(
+    "WITH g AS (SELECT id, user_id, enabled, admin_paused, model_id FROM agents"
+    " WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE),"
+    " stored AS (SELECT " + _STORED_PLATFORM + " AS platform),"
+    " queued AS (INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used,"
+    " created_at)"
+    " SELECT g.id, g.model_id, :trigger, 'queued', 0, COALESCE(CAST(:now AS timestamptz), now())"
+    " FROM g, stored WHERE g.enabled AND NOT g.admin_paused AND g.model_id IS NOT NULL"
+    " AND stored.platform = CAST(:platform AS jsonb)"
+    " AND CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
+    "   (SELECT COALESCE(SUM(r.tokens_used), 0)"
+    + WEEK_RUNS_OF_OWNERS
+    + " AND a.user_id = g.user_id) < CAST(:cap AS bigint)"
+    " END"
+    " ON CONFLICT (agent_id) WHERE state IN ('queued', 'running') DO NOTHING RETURNING *)"
+    " SELECT g.user_id AS gate_user_id, g.enabled AS gate_enabled,"
+    " g.admin_paused AS gate_admin_paused, g.model_id IS NOT NULL AS gate_has_model,"
+    " stored.platform AS gate_platform, queued.*"
+    " FROM g CROSS JOIN stored LEFT JOIN queued ON true"
+)
+
 # Skipped rows are terminal at once: no loop ran (tokens 0, started_at NULL), and finished_at
 # shows in the journal when the engine refused.
 INSERT_SKIPPED = text(
@@ -157,7 +191,8 @@ class DueAgent:
 # Run → agent → owner, model, allowed tool selection and the platform settings, for
 # `runtime.context.run_context_from_row`. The worker's claim selects the same columns in its own
 # locking read (`CLAIM_READ`): no second statement.
-CONTEXT_COLUMNS = """
+CONTEXT_COLUMNS = (
+    """
     r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
     u.timezone AS owner_timezone,
     m.provider, m.model, m.base_url, m.api_key_env, m.name AS model_name,
@@ -174,9 +209,11 @@ CONTEXT_COLUMNS = """
      FROM agent_tools at JOIN tools t ON t.id = at.tool_id
      JOIN tool_sources s ON s.id = t.source_id
      WHERE at.agent_id = a.id AND t.agents_allowed AND s.enabled) AS mcp_tools,
-    (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb)
-     FROM platform_settings p) AS platform
+    """
+    + _STORED_PLATFORM
+    + """ AS platform
 """
+)
 CONTEXT_FROM = """
     FROM agent_runs r
     JOIN agents a ON a.id = r.agent_id
@@ -279,8 +316,7 @@ FINISH = text(
     " WHERE id = :run_id AND state = 'running'"
     # What the budget-alert check after the finish needs (runs/alerts.py): no second read.
     " RETURNING (SELECT a.user_id FROM agents a WHERE a.id = agent_runs.agent_id) AS owner_id,"
-    " (SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
-    " AS platform"
+    " " + _STORED_PLATFORM + " AS platform"
 )
 
 # --- cancel -------------------------------------------------------------------------------------

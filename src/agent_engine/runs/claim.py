@@ -6,9 +6,9 @@ and the platform settings: a redelivered or duplicate message finds the run no l
 and changes nothing. The common case — gate open, no model limit, budget left — is first tried as
 one statement (`db.runs.CLAIM_AT_ONCE`, a compare-and-set with the gate and the budget sum in its
 WHERE): one round trip instead of five. It needs the platform settings to compute the budget week
-and the cap, so it uses the ones this process saw last, and the statement itself checks that they
-are still the stored ones; when they are not (or the run is not a plain start), it writes nothing
-and the transaction below decides, as before.
+and the cap, so it uses the ones this process saw last (`runs/seen_platform.py`), and the statement
+itself checks that they are still the stored ones; when they are not (or the run is not a plain
+start), it writes nothing and the transaction below decides, as before.
 
 The same transaction takes back a parked run whose approval was decided (the decision's message):
 it resumes only when the model it started on has a free slot (`model_slots.admit_resume`), else
@@ -17,7 +17,6 @@ it stays parked with its decision, and the next slot handed on is its.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,7 +32,7 @@ from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.budget import week_window
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
-from agent_engine.runs import model_slots
+from agent_engine.runs import model_slots, seen_platform
 from agent_engine.runs.budget import owners_over_budget
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.context import RunContext, run_context_from_row
@@ -85,28 +84,9 @@ async def claim_run(
     return claim
 
 
-@dataclass(frozen=True)
-class _SeenPlatform:
-    """The platform settings as last read by a claim of this process (stored JSON, parsed)."""
-
-    stored: str
-    settings: PlatformSettings
-
-
-_seen_platform: _SeenPlatform | None = None
-
-
-def _remember_platform(stored: dict[str, Any] | None) -> PlatformSettings:
-    global _seen_platform
-    values = stored or {}
-    settings = PlatformSettings.from_rows(values)
-    _seen_platform = _SeenPlatform(json.dumps(values), settings)
-    return settings
-
-
 async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim | None:
     """The plain start in one statement; None when the transaction must decide."""
-    seen = _seen_platform
+    seen = seen_platform.seen()
     if seen is None:
         return None
     cap = seen.settings.weekly_token_cap
@@ -148,7 +128,7 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
         row = (await conn.execute(runs_sql.CLAIM_READ, {"run_id": run_id})).one_or_none()
         if row is None:
             return Claim(run_id, None)
-        platform = _remember_platform(row.platform)
+        platform = seen_platform.remember(row.platform)
         if row.state == RunState.RUNNING:
             return await _resume(conn, row, platform=platform)
         if row.state != RunState.QUEUED:

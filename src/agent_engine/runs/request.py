@@ -4,11 +4,18 @@ Manual and scheduled starts share this path (the scheduler calls the same journa
 batch). A closed start gate writes nothing and raises; a closed runtime gate writes a `skipped`
 row; otherwise a `queued` row whose execute message is sent only after the commit, so a worker
 never receives the id of a row it cannot see yet.
+
+A manual start is first tried as one statement (`db.runs.REQUEST_AT_ONCE`: the gate, the budget
+sum and the insert; one round trip instead of six), with the platform settings this process saw
+last (`runs/seen_platform.py`), which the statement checks are still the stored ones. When it
+inserts nothing with the gate open — the budget is spent, a run is unfinished, the settings
+changed — the transaction decides and journals, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -21,8 +28,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import load_platform_settings
+from agent_engine.domain.budget import week_window
 from agent_engine.domain.gate import AgentNotStartable, closed_lock
 from agent_engine.domain.runs import RunState, RunTrigger
+from agent_engine.runs import seen_platform
 from agent_engine.runs.budget import owners_over_budget
 from agent_engine.runs.journal import insert_requested_runs
 
@@ -65,24 +74,12 @@ async def request_run(
     message: a broker that hangs must not hang the request. The send goes on in its thread; the
     run is journaled `queued` either way, and the reaper re-sends a message that never arrived.
     """
+    written = None if database_clock else now
     try:
-        async with engine.begin() as conn:
-            agent = (await conn.execute(runs_sql.AGENT_GATE, {"agent_id": agent_id})).one_or_none()
-            if agent is None:
-                raise AgentNotFound(agent_id)
-            lock = closed_lock(
-                enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
-            )
-            if lock is not None:
-                raise AgentNotStartable(agent_id, lock)
-            platform = await load_platform_settings(conn)
-            spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
-            rows = await insert_requested_runs(
-                conn,
-                [agent_id],
-                trigger=trigger,
-                now=None if database_clock else now,
-                budget_spent=[agent_id] if spent else [],
+        row = await _request_at_once(engine, agent_id, trigger=trigger, now=now, written=written)
+        if row is None:
+            row = await _request_in_transaction(
+                engine, agent_id, trigger=trigger, now=now, written=written
             )
     except IntegrityError as exc:
         # The share lock prevents it; should the agent still vanish under the insert (the FK
@@ -90,7 +87,6 @@ async def request_run(
         if getattr(exc.orig, "sqlstate", None) == _FOREIGN_KEY_VIOLATION:
             raise AgentNotFound(agent_id) from exc
         raise
-    row = rows[agent_id]
     if row.state == RunState.QUEUED:
         sending = asyncio.ensure_future(send_after_commit(enqueue, [row.id]))
         _sends_in_flight.add(sending)
@@ -104,6 +100,80 @@ async def request_run(
                 send_wait_seconds,
             )
     return row
+
+
+async def _request_at_once(
+    engine: AsyncEngine,
+    agent_id: int,
+    *,
+    trigger: RunTrigger,
+    now: datetime,
+    written: datetime | None,
+) -> runs_sql.RunRow | None:
+    """The queued row, inserted in one statement; None when the transaction must decide. Raises
+    as the transaction does for a missing agent or a closed gate (nothing is written then)."""
+    seen = seen_platform.seen()
+    week = None if seen is None else week_window(now, seen.settings.zone)
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        result = (
+            await conn.execute(
+                runs_sql.REQUEST_AT_ONCE,
+                {
+                    "agent_id": agent_id,
+                    "trigger": str(trigger),
+                    "now": written,
+                    "platform": None if seen is None else seen.stored,
+                    "cap": None if seen is None else seen.settings.weekly_token_cap,
+                    "start": None if week is None else week.start,
+                    "end": None if week is None else week.end,
+                },
+            )
+        ).one_or_none()
+    if result is None:
+        raise AgentNotFound(agent_id)
+    lock = closed_lock(
+        enabled=result.gate_enabled,
+        admin_paused=result.gate_admin_paused,
+        has_model=result.gate_has_model,
+    )
+    if lock is not None:
+        raise AgentNotStartable(agent_id, lock)
+    if result.id is not None:
+        return runs_sql.RunRow.from_row(result)
+    if seen is None or result.gate_platform != json.loads(seen.stored):
+        seen_platform.remember(result.gate_platform)
+    return None
+
+
+async def _request_in_transaction(
+    engine: AsyncEngine,
+    agent_id: int,
+    *,
+    trigger: RunTrigger,
+    now: datetime,
+    written: datetime | None,
+) -> runs_sql.RunRow:
+    """The journal row (queued or skipped), every case decided under the gate's lock."""
+    async with engine.begin() as conn:
+        agent = (await conn.execute(runs_sql.AGENT_GATE, {"agent_id": agent_id})).one_or_none()
+        if agent is None:
+            raise AgentNotFound(agent_id)
+        lock = closed_lock(
+            enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
+        )
+        if lock is not None:
+            raise AgentNotStartable(agent_id, lock)
+        platform = await load_platform_settings(conn)
+        spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
+        rows = await insert_requested_runs(
+            conn,
+            [agent_id],
+            trigger=trigger,
+            now=written,
+            budget_spent=[agent_id] if spent else [],
+        )
+    return rows[agent_id]
 
 
 # Sends a request stopped waiting for, kept referenced until they end (they log their outcome).

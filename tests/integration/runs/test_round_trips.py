@@ -1,6 +1,7 @@
 """What a one-call run costs the database, counted on the wire (a relay in front of PostgreSQL):
-the claim in one statement, the finish in one, the budget-alert check in one — and the one-statement
-claim keeps every refusal the transactional claim makes (budget, gate, settings changed since)."""
+the request in one statement; the claim in one, the finish in one, the budget-alert check in one —
+and the one-statement request and claim keep every refusal their transactions make (budget, gate,
+a run unfinished, settings changed since)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine_for_url
 from agent_engine.db.platform import WEEKLY_TOKEN_CAP
-from agent_engine.domain.runs import RunState
+from agent_engine.db.runs import RunRow
+from agent_engine.domain.gate import AgentNotStartable, Lock
+from agent_engine.domain.runs import RunState, RunTrigger
+from agent_engine.runs.request import AgentNotFound, request_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import FakeOpenAIServer, text_reply
 from tests.integration.runs.support import FakeAgent, execute_run, fetch, run_row
@@ -144,3 +148,99 @@ async def test_the_one_statement_claim_refuses_what_the_transaction_refuses(
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+# --- the request ---------------------------------------------------------------------------------
+
+
+async def _request(engine: AsyncEngine, agent_id: int, sent: list[int]) -> RunRow:
+    return await request_run(
+        engine, agent_id, trigger=RunTrigger.MANUAL, now=now(), enqueue=sent.append
+    )
+
+
+async def _finish(engine: AsyncEngine, run_id: int, tokens: int = 0) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE agent_runs SET state = 'succeeded', tokens_used = :t, started_at = now(),"
+                " finished_at = now() WHERE id = :r"
+            ),
+            {"r": run_id, "t": tokens},
+        )
+
+
+async def test_a_manual_request_costs_one_round_trip_once_the_settings_are_seen(
+    engine: AsyncEngine, factories: Factories, counted: tuple[AsyncEngine, RoundTrips]
+) -> None:
+    counted_engine, trips = counted
+    await factories.setting(WEEKLY_TOKEN_CAP, 1_000_000)
+    agent = await factories.agent()
+    sent: list[int] = []
+    # Warm: settings this process has not seen are read in the transaction, and remembered.
+    await factories.setting(WEEKLY_TOKEN_CAP, 2_000_000)
+    await _finish(engine, (await _request(counted_engine, agent["id"], sent)).id)
+
+    trips.count = 0
+    row = await _request(counted_engine, agent["id"], sent)
+    at_once = trips.count
+
+    assert (row.state, row.trigger, row.reason) == ("queued", "manual", None)
+    assert sent[-1] == row.id
+    assert at_once == 1, trips.statements
+
+
+async def test_the_one_statement_request_refuses_what_the_transaction_refuses(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    owner = await factories.user()
+    agent = await factories.agent(user_id=owner["id"])
+    sibling = await factories.agent(user_id=owner["id"])
+    await factories.setting(WEEKLY_TOKEN_CAP, 100)
+    sent: list[int] = []
+    await _finish(engine, (await _request(engine, agent["id"], sent)).id)  # settings seen
+
+    # A run is unfinished: journaled skipped, no message.
+    queued = await _request(engine, agent["id"], sent)
+    assert queued.state == "queued"
+    again = await _request(engine, agent["id"], sent)
+    assert (again.state, again.reason) == ("skipped", "already_running")
+    assert sent[-1] == queued.id
+    await _finish(engine, queued.id)
+
+    # The week's spend reached the cap: skipped for the budget.
+    await factories.run(sibling["id"], state="succeeded", tokens_used=100, finished_at=now())
+    spent = await _request(engine, agent["id"], sent)
+    assert (spent.state, spent.reason) == ("skipped", "budget_exceeded")
+
+    # The cap raised since this process last saw it: the stored cap counts.
+    await factories.setting(WEEKLY_TOKEN_CAP, 10_000)
+    raised = await _request(engine, agent["id"], sent)
+    assert raised.state == "queued" and sent[-1] == raised.id
+    await _finish(engine, raised.id)
+
+    # ... and lowered again: refused with the stored cap, not the one seen last.
+    await factories.setting(WEEKLY_TOKEN_CAP, 50)
+    lowered = await _request(engine, agent["id"], sent)
+    assert (lowered.state, lowered.reason) == ("skipped", "budget_exceeded")
+
+    # The gate closed: refused, nothing written.
+    await factories.setting(WEEKLY_TOKEN_CAP, None)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE agents SET admin_paused = true WHERE id = :a"), {"a": agent["id"]}
+        )
+    journaled = await fetch(
+        engine, "SELECT count(*) AS n FROM agent_runs WHERE agent_id = :a", a=agent["id"]
+    )
+    with pytest.raises(AgentNotStartable) as refused:
+        await _request(engine, agent["id"], sent)
+    assert refused.value.lock is Lock.ADMIN_PAUSED
+    assert (
+        await fetch(
+            engine, "SELECT count(*) AS n FROM agent_runs WHERE agent_id = :a", a=agent["id"]
+        )
+        == journaled
+    )
+    with pytest.raises(AgentNotFound):
+        await _request(engine, 999_999_999, sent)
