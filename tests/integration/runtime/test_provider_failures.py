@@ -1,6 +1,6 @@
-"""The model call fails the same way through the thin call as through the SDK's own request path:
-the same exception (type and text) or the same reply, after the same number of requests, for
-each way a provider can fail; and a run ends in the same state with the same error."""
+"""The model call fails the same way on the wire and through the thin call as through the SDK's own
+request path: the same exception (type and text) or the same reply, after the same number of
+requests, for each way a provider can fail; and a run ends in the same state with the same error."""
 
 from __future__ import annotations
 
@@ -79,7 +79,12 @@ def _request() -> ModelRequest:
     )
 
 
-async def _outcome(server: FakeOpenAIServer, *, thin: bool, replies: list[FakeReply]) -> Any:
+# The three ways of making the call: the SDK's own request path (the reference), the thin call over
+# the SDK's client, and the wire (the default where the client would connect directly).
+CALLS = {"sdk": {"thin": False}, "thin": {"direct": False}, "wire": {}}
+
+
+async def _outcome(server: FakeOpenAIServer, *, call: str, replies: list[FakeReply]) -> Any:
     """What `complete` returned or raised (type and text), and how many requests it sent."""
     server.reset()
     server.enqueue(*replies[:-1])
@@ -90,8 +95,9 @@ async def _outcome(server: FakeOpenAIServer, *, thin: bool, replies: list[FakeRe
         base_url=server.base_url,
         api_key_env=FAKE_KEY_ENV,
         timeout_seconds=TIMEOUT_SECONDS,
-        thin=thin,
+        **CALLS[call],
     )
+    assert (provider._pool is not None) == (call == "wire")
     try:
         reply = await provider.complete(_request())
         # The provider's usage as reported (the SDK's model adds its unset fields as None).
@@ -104,15 +110,16 @@ async def _outcome(server: FakeOpenAIServer, *, thin: bool, replies: list[FakeRe
     return result, server.request_count, server.requests[-1] if server.requests else None
 
 
+@pytest.mark.parametrize("call", ["thin", "wire"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-async def test_the_thin_call_answers_and_fails_like_the_sdk(
-    fake_openai: FakeOpenAIServer, scenario: str
+async def test_the_fast_calls_answer_and_fail_like_the_sdk(
+    fake_openai: FakeOpenAIServer, scenario: str, call: str
 ) -> None:
     replies = SCENARIOS[scenario]
-    sdk = await _outcome(fake_openai, thin=False, replies=replies)
-    thin = await _outcome(fake_openai, thin=True, replies=replies)
-    assert thin == sdk
-    result, requests, body = thin
+    sdk = await _outcome(fake_openai, call="sdk", replies=replies)
+    fast = await _outcome(fake_openai, call=call, replies=replies)
+    assert fast == sdk
+    result, requests, body = fast
     assert requests >= 1
     assert body is not None and body["model"] == "gpt-fake"  # the same request reached it
     if scenario in ("answer", "tool calls", "no usage", "503 then an answer"):
@@ -121,15 +128,21 @@ async def test_the_thin_call_answers_and_fails_like_the_sdk(
         assert isinstance(result, tuple)
 
 
-async def test_the_thin_call_sends_what_the_sdk_sends(fake_openai: FakeOpenAIServer) -> None:
-    await _outcome(fake_openai, thin=False, replies=SCENARIOS["answer"])
+async def test_the_fast_calls_send_what_the_sdk_sends(fake_openai: FakeOpenAIServer) -> None:
+    await _outcome(fake_openai, call="sdk", replies=SCENARIOS["answer"])
     sdk_body, sdk_headers = fake_openai.requests[-1], fake_openai.request_headers[-1]
-    await _outcome(fake_openai, thin=True, replies=SCENARIOS["answer"])
+    await _outcome(fake_openai, call="thin", replies=SCENARIOS["answer"])
     thin_body, thin_headers = fake_openai.requests[-1], fake_openai.request_headers[-1]
+    await _outcome(fake_openai, call="wire", replies=SCENARIOS["answer"])
+    wire_body, wire_headers = fake_openai.requests[-1], fake_openai.request_headers[-1]
     assert thin_body == sdk_body
+    assert wire_body == sdk_body
     for header in ("authorization", "content-type", "accept", "user-agent"):
         assert thin_headers[header] == sdk_headers[header]
     assert thin_headers["authorization"] == "Bearer test-key"
+    # The wire sends the SDK's request: every header but its per-attempt telemetry.
+    per_attempt = ("x-stainless-read-timeout", "x-stainless-retry-count")
+    assert wire_headers == {k: v for k, v in sdk_headers.items() if k not in per_attempt}
 
 
 # What a run's journal shows for each failure (through the worker's path: claim, runtime,

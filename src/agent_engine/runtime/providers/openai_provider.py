@@ -35,6 +35,7 @@ import math
 import os
 import random
 import ssl
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -44,6 +45,7 @@ import openai
 import orjson
 from openai.types.chat import ChatCompletion
 
+from agent_engine.runtime.providers import wire
 from agent_engine.runtime.providers.backoff import backoff_seconds, retry_after_seconds
 from agent_engine.runtime.providers.base import (
     ModelReply,
@@ -54,6 +56,9 @@ from agent_engine.runtime.providers.base import (
 )
 
 log = logging.getLogger(__name__)
+
+# One way of making the chat call: the body and the request in, the reply out.
+_Call = Callable[[dict[str, Any], ModelRequest], Awaitable[ModelReply]]
 
 # Retries of transient failures other than rate limits (what the SDK did by itself before).
 MAX_RETRIES = 2
@@ -69,6 +74,8 @@ DEFAULT_RATE_LIMIT_PATIENCE_SECONDS = 600.0
 # model call's CPU with 200 calls in flight (stampede profile); 16: ~20 % less CPU per call; 8:
 # another ~4 % of the worker's CPU per run (stampede quick, interleaved pairs).
 CONNECTIONS_PER_CLIENT = 8
+# Connections to one endpoint at once on the wire (as the SDK's client allows).
+WIRE_MAX_CONNECTIONS = 1000
 PLACEHOLDER_API_KEY = "not-needed"
 MAX_ERROR_DETAIL_CHARS = 500
 CHAT_COMPLETIONS_PATH = "/chat/completions"
@@ -110,28 +117,40 @@ class OpenAIProvider:
         max_retries: int = MAX_RETRIES,
         concurrency: int = 1,
         thin: bool = True,
+        direct: bool = True,
     ) -> None:
         """`concurrency`: how many calls may be in flight at once (the worker's in-flight
-        limit); it sizes the set of clients the calls are spread over. `thin=False`: through the
-        SDK's own request path (the reference of the thin call)."""
+        limit); it sizes the set of clients the calls are spread over when they go through the
+        SDK's client. `thin=False`: through the SDK's own request path (the reference of the
+        thin call); `direct=False`: the thin call over the SDK's client, not the wire."""
         self.base_url = base_url
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
         self._rng = random.Random()
-        clients = max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
         # One TLS context for all of them: loading the CA store costs ~0.2 s of CPU and a few MiB.
         tls = tls_context()
-        self._clients = [
-            openai.AsyncOpenAI(
+
+        def sdk_client() -> openai.AsyncOpenAI:
+            return openai.AsyncOpenAI(
                 base_url=base_url,
                 api_key=api_key_from_env(api_key_env),
                 timeout=timeout_seconds,
                 max_retries=0,
                 http_client=openai.DefaultAsyncHttpxClient(verify=tls),
             )
-            for _ in range(clients)
-        ]
-        self._calls = [_ThinCall(client) if thin else _SdkCall(client) for client in self._clients]
+
+        first = sdk_client()
+        self._pool: wire.WirePool | None = None
+        if thin and direct and _connects_directly(first):
+            # One client for what the wire leaves to it (redirects, compressed replies).
+            self._clients = [first]
+            thin_call = _ThinCall(first)
+            self._pool = _wire_pool(thin_call, tls)
+            self._calls: list[_Call] = [_WireCall(thin_call, first._client, self._pool)]
+        else:
+            clients = max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
+            self._clients = [first, *(sdk_client() for _ in range(clients - 1))]
+            self._calls = [_ThinCall(c) if thin else _SdkCall(c) for c in self._clients]
         self._next_call = itertools.cycle(self._calls)
 
     @property
@@ -203,6 +222,8 @@ class OpenAIProvider:
         )
 
     async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         for client in self._clients:
             await client.close()
 
@@ -328,25 +349,23 @@ class _ThinCall:
     """
 
     def __init__(self, client: openai.AsyncOpenAI) -> None:
-        self._client = client
+        self.client = client
         base = client.base_url
-        self._url = base.copy_with(
+        self.url = base.copy_with(
             raw_path=base.raw_path + CHAT_COMPLETIONS_PATH.lstrip("/").encode()
         )
         headers = {**client.default_headers, **client.auth_headers}
         # The SDK leaves out headers set to its `Omit` marker (unset organisation, project).
-        self._headers = [(key, value) for key, value in headers.items() if isinstance(value, str)]
-        timeout = client.timeout
-        if not isinstance(timeout, httpx2.Timeout):
-            timeout = httpx2.Timeout(cast(Any, timeout))
-        self._extensions = {"timeout": timeout.as_dict()}
+        self.headers = [(key, value) for key, value in headers.items() if isinstance(value, str)]
+        self.timeout = client_timeout(client)
+        self._extensions = {"timeout": self.timeout.as_dict()}
 
     async def __call__(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
-        http = self._client._client
+        http = self.client._client
         sent = httpx2.Request(
             "POST",
-            self._url,
-            headers=self._headers,
+            self.url,
+            headers=self.headers,
             content=orjson.dumps(body),
             extensions=self._extensions,
         )
@@ -359,8 +378,99 @@ class _ThinCall:
         except _CONNECTION_ERRORS as exc:
             raise openai.APIConnectionError(request=sent) from exc
         if response.status_code >= 400:
-            raise self._client._make_status_error_from_response(response)
+            raise self.client._make_status_error_from_response(response)
         return _reply_from_json(_json_of(response), request)
+
+
+def _connects_directly(client: openai.AsyncOpenAI) -> bool:
+    """True when the SDK's client would connect to the endpoint itself: HTTP or HTTPS, and no
+    proxy mounted (`HTTPS_PROXY` and the like, read by the client from the environment)."""
+    http = client._client
+    return client.base_url.scheme in ("http", "https") and not http._mounts
+
+
+def _wire_pool(call: _ThinCall, tls: ssl.SSLContext) -> wire.WirePool:
+    url = call.url
+    https = url.scheme == "https"
+    timeout = call.timeout
+    return wire.WirePool(
+        url.host,
+        url.port or (443 if https else 80),
+        tls=tls if https else None,
+        timeouts=wire.Timeouts(connect=timeout.connect, read=timeout.read, pool=timeout.pool),
+        max_connections=WIRE_MAX_CONNECTIONS,
+    )
+
+
+def client_timeout(client: openai.AsyncOpenAI) -> httpx2.Timeout:
+    timeout = client.timeout
+    return timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(cast(Any, timeout))
+
+
+class _WireCall:
+    """The chat call as one HTTP/1.1 exchange on the provider's own keep-alive connections
+    (`wire.WirePool`), raising the SDK's errors. An error reply or a compressed body is read
+    into the SDK client's `Response` (its decoders, its error mapping); a redirect is sent again
+    through the thin call, whose client follows it.
+
+    The request is what the thin call sends — the same headers, built by the SDK's client once
+    (its defaults, the SDK's and the auth headers), and the same body — so a provider sees no
+    difference. Used only where the SDK's client would connect directly: no proxy.
+    """
+
+    def __init__(self, thin: _ThinCall, http: httpx2.AsyncClient, pool: wire.WirePool) -> None:
+        self._thin = thin
+        self._pool = pool
+        prototype = http.build_request("POST", thin.url, headers=thin.headers, content=b"")
+        self._prototype = prototype
+        target = prototype.url.raw_path
+        head = [b"POST " + target + b" HTTP/1.1\r\n"]
+        head += [
+            name + b": " + value + b"\r\n"
+            for name, value in prototype.headers.raw
+            if name.lower() != b"content-length"
+        ]
+        self._head = b"".join(head)
+
+    async def __call__(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
+        content = orjson.dumps(body)
+        sent = self._head + b"Content-Length: %d\r\n\r\n" % len(content) + content
+        try:
+            reply = await self._pool.exchange(sent)
+        except wire.WireTimeout as exc:
+            raise openai.APITimeoutError(request=self._request(content)) from exc
+        except wire.WireError as exc:
+            raise openai.APIConnectionError(request=self._request(content)) from exc
+        if 300 <= reply.status < 400:
+            # Redirects are the SDK client's to follow (it was not processed where we sent it).
+            return await self._thin(body, request)
+        if reply.status < 400 and not reply.encoded:
+            return _reply_from_json(_json_of_body(reply.body, reply.headers), request)
+        # An error, or a body with a content coding: read as the SDK's client reads it.
+        sent_request = self._request(content)
+        response = httpx2.Response(
+            reply.status, headers=reply.headers, content=reply.body, request=sent_request
+        )
+        try:
+            if reply.status >= 400:
+                raise self._thin.client._make_status_error_from_response(response)
+            data = _json_of(response)
+        except _CONNECTION_ERRORS as exc:  # a body that does not decode
+            raise openai.APIConnectionError(request=sent_request) from exc
+        return _reply_from_json(data, request)
+
+    def _request(self, content: bytes) -> httpx2.Request:
+        """The request as the SDK's errors carry it."""
+        prototype = self._prototype
+        return httpx2.Request("POST", prototype.url, headers=prototype.headers, content=content)
+
+
+def _json_of_body(body: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
+    """`_json_of` for a reply read off the wire."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _json_of(httpx2.Response(200, headers=headers, content=body))
 
 
 def _json_of(response: httpx2.Response) -> Any:
