@@ -32,6 +32,7 @@ import asyncpg
 import httpx
 import psutil
 
+from agent_engine.workers.main import DEFAULT_THREADS
 from bench.common import (
     FAKE_KEY_ENV,
     Bench,
@@ -48,7 +49,7 @@ from bench.common import (
 TITLE = "Stampede: N agents due in one slot, a slow model, 2 worker processes"
 NAME = "stampede"
 WORKER_PROCESSES = 2
-WORKER_THREADS = int(os.environ.get("BENCH_STAMPEDE_THREADS", 8))
+WORKER_THREADS = int(os.environ.get("BENCH_STAMPEDE_THREADS", DEFAULT_THREADS))  # the CLI's
 AGENTS_PER_OWNER = 50
 WARM_UP_RUNS = 40
 SLOT_AFTER_WARM_UP_SECONDS = 3.0

@@ -155,7 +155,7 @@ def worker(
     processes: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     threads: Annotated[
         int, typer.Option(help="Claiming threads per process (not the runs in flight).", min=1)
-    ] = 8,
+    ] = 16,  # workers.main.DEFAULT_THREADS (not imported here: the CLI starts light)
     runs_in_flight: Annotated[
         int | None,
         typer.Option(

@@ -155,3 +155,15 @@ def test_the_checks_catch_drift() -> None:
         check_command_line(["webhook", "listen", "--portt", "9000"])
     check_command_line(["webhook", "listen", "--port", "9000"])
     check_command_line(["worker", "--processes", "1", "--threads", "8"])
+
+
+def test_the_worker_commands_default_threads_are_the_workers() -> None:
+    import typer.main
+
+    from agent_engine.cli import app
+    from agent_engine.workers.main import DEFAULT_THREADS
+
+    command = typer.main.get_command(app)
+    worker = command.commands["worker"]  # type: ignore[attr-defined]
+    threads = next(p for p in worker.params if p.name == "threads")
+    assert threads.default == DEFAULT_THREADS
