@@ -10,11 +10,20 @@ the UNIQUE (owner, window start, percent) constraint makes the inserts of the ot
 records both. A cap lowered mid-week records the thresholds now crossed on the next finish; the
 ones already recorded at the old cap are not recorded again.
 
+Within a worker process, the checks of one owner's week take turns, and a check covers every
+finish that had committed when it started: a finish whose commit an already completed check
+covered returns without a statement of its own. So a burst of one owner's runs finishing
+together (the Monday slot: dozens of agents of one person) costs a few sums, not one per run,
+and "every finish is followed by a sum read after its commit" still holds.
+
 The insert's trigger NOTIFYs `budget_alert_events` (the `budgetAlerts` subscription).
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -53,12 +62,48 @@ async def record_alerts_after_finish(
         settings = PlatformSettings.from_rows(platform or {})
         if settings.weekly_token_cap is None or not settings.budget_alert_percents:
             return []
-        async with engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            return await record_crossed_thresholds(conn, owner_id, now=now, platform=settings)
+        turns = _turns.setdefault(asyncio.get_running_loop(), {})
+        key = (owner_id, week_window(now, settings.zone).start)
+        turn = turns.setdefault(key, _Turn())
+        turn.registered += 1
+        mine = turn.registered
+        turn.users += 1
+        try:
+            async with turn.lock:
+                if turn.covered >= mine:
+                    return []  # a check that started after this finish committed has run
+                upto = turn.registered
+                async with engine.connect() as conn:
+                    conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    alerts = await record_crossed_thresholds(
+                        conn, owner_id, now=now, platform=settings
+                    )
+                turn.covered = upto
+                return alerts
+        finally:
+            turn.users -= 1
+            if turn.users == 0:
+                del turns[key]
     except Exception:
         log.warning("checking the budget alerts failed", run_id=run_id, exc_info=True)
         return []
+
+
+@dataclass
+class _Turn:
+    """The checks of one owner's week in this process: one at a time, each covering the finishes
+    registered (committed) before it started."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    registered: int = 0  # finishes that asked for a check, numbered in order
+    covered: int = 0  # the last of them a completed check started after
+    users: int = 0  # finishes holding or waiting for the turn (the entry goes with the last)
+
+
+# By event loop (a lock belongs to one), then owner and week start.
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, datetime], _Turn]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def record_crossed_thresholds(
