@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_engine.runtime.providers import wire
 from agent_engine.runtime.providers.base import ModelRequest, ProviderError
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
 
@@ -129,6 +130,22 @@ async def test_calls_share_one_kept_alive_connection(server: RawServer) -> None:
     assert replies[0].tokens_used == 5
     assert server.connections == 1
     assert server.paths == ["/v1/chat/completions"] * 5
+
+
+async def test_a_connection_idle_past_the_keepalive_expiry_is_not_used_again(
+    server: RawServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wire, "KEEPALIVE_EXPIRY_SECONDS", 0.2)
+    server.replies = [reply()]
+    provider = _provider(server)
+    try:
+        await provider.complete(_request())
+        await provider.complete(_request())  # at once: the same connection
+        await asyncio.sleep(0.3)
+        await provider.complete(_request())  # expired: a new one
+    finally:
+        await provider.aclose()
+    assert server.connections == 2
 
 
 async def test_a_server_that_closes_after_each_reply_gets_a_new_connection(

@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import deque
 from dataclasses import dataclass
 
 import httptools
+
+# An idle connection is not used again after this long (as httpx's `keepalive_expiry`): a server
+# that closes idle connections would otherwise meet a request on one it is closing.
+KEEPALIVE_EXPIRY_SECONDS = 5.0
 
 
 class WireError(Exception):
@@ -71,6 +76,7 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._read_timeout: float | None = None
         self.reusable = False
+        self.idle_since = 0.0  # loop time the connection went back to the pool
 
     # -- the exchange ----------------------------------------------------------------------------
 
@@ -201,7 +207,7 @@ class WirePool:
         self._port = port
         self._tls = tls
         self._timeouts = timeouts
-        self._idle: list[_Connection] = []
+        self._idle: deque[_Connection] = deque()  # the most recently used on the right
         self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
 
@@ -218,7 +224,7 @@ class WirePool:
             connection = self._take_idle() or await self._connect()
             reply = await connection.send(request, timeouts.read)
             if connection.reusable and not self._closed:
-                self._idle.append(connection)
+                self._put_idle(connection)
                 connection = None
             return reply
         finally:
@@ -227,12 +233,24 @@ class WirePool:
             self._slots.release()
 
     def _take_idle(self) -> _Connection | None:
+        """The most recently used idle connection still open and not expired."""
         idle = self._idle
+        expired_before = asyncio.get_running_loop().time() - KEEPALIVE_EXPIRY_SECONDS
         while idle:
             connection = idle.pop()
-            if not connection.closed:
+            if not connection.closed and connection.idle_since >= expired_before:
                 return connection
+            connection.abort()
         return None
+
+    def _put_idle(self, connection: _Connection) -> None:
+        """Back on the stack; the expired ones at its bottom (the least recently used) close."""
+        now = asyncio.get_running_loop().time()
+        connection.idle_since = now
+        idle = self._idle
+        while idle and (idle[0].closed or idle[0].idle_since < now - KEEPALIVE_EXPIRY_SECONDS):
+            idle.popleft().abort()
+        idle.append(connection)
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
