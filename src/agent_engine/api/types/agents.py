@@ -38,6 +38,10 @@ from agent_engine.domain.runs import RunReason, RunState, RunStepKind, RunTrigge
 from agent_engine.domain.schedule import next_slots, parse_schedule
 from agent_engine.runtime.tools.registry import core_tools
 
+_TRIGGERS = {member.value: member for member in RunTrigger}
+_STATES = {member.value: member for member in RunState}
+_REASONS = {member.value: member for member in RunReason}
+
 
 @strawberry.type
 class Run:
@@ -74,9 +78,10 @@ class Run:
             completion_tokens=row.completion_tokens,
             cost=decimal_text_or_none(row.cost),
             id=strawberry.ID(str(row.id)),
-            trigger=RunTrigger(row.trigger),
-            state=RunState(row.state),
-            reason=RunReason(row.reason) if row.reason else None,
+            # By value from a dict: an Enum call costs ~0.6 µs, three per run of a page.
+            trigger=_TRIGGERS[row.trigger],
+            state=_STATES[row.state],
+            reason=_REASONS[row.reason] if row.reason else None,
             tokens_used=row.tokens_used,
             error=row.error,
             started_at=row.started_at,
