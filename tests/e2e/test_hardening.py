@@ -459,8 +459,10 @@ async def test_start_run_racing_delete_agent_is_never_internal(
             async def inserting() -> bool:
                 rows = await fetch(
                     engine,
+                    # The journal insert: alone, or inside the one-statement request's WITH.
                     "SELECT count(*) AS n FROM pg_stat_activity"
-                    " WHERE query LIKE 'INSERT INTO agent_runs%' AND state = 'active'",
+                    " WHERE query LIKE '%INSERT INTO agent_runs%' AND state = 'active'"
+                    " AND pid <> pg_backend_pid()",
                 )
                 return int(rows[0]["n"]) > 0
 
