@@ -29,7 +29,6 @@ from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.approvals import Decided
 from agent_engine.db.platform import PlatformSettings
-from agent_engine.domain.budget import week_window
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
 from agent_engine.runs import model_slots, seen_platform
@@ -89,8 +88,6 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
     seen = seen_platform.seen()
     if seen is None:
         return None
-    cap = seen.settings.weekly_token_cap
-    week = week_window(now, seen.settings.zone)
     async with engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         row = (
@@ -98,10 +95,7 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
                 runs_sql.CLAIM_AT_ONCE,
                 {
                     "run_id": run_id,
-                    "platform": seen.stored,
-                    "cap": cap,
-                    "start": week.start,
-                    "end": week.end,
+                    **seen_platform.budget_params(seen, now),
                     "now": utc_now(),
                 },
             )

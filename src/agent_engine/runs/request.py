@@ -28,7 +28,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import load_platform_settings
-from agent_engine.domain.budget import week_window
 from agent_engine.domain.gate import AgentNotStartable, closed_lock
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.runs import seen_platform
@@ -113,7 +112,6 @@ async def _request_at_once(
     """The queued row, inserted in one statement; None when the transaction must decide. Raises
     as the transaction does for a missing agent or a closed gate (nothing is written then)."""
     seen = seen_platform.seen()
-    week = None if seen is None else week_window(now, seen.settings.zone)
     async with engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         result = (
@@ -123,10 +121,7 @@ async def _request_at_once(
                     "agent_id": agent_id,
                     "trigger": str(trigger),
                     "now": written,
-                    "platform": None if seen is None else seen.stored,
-                    "cap": None if seen is None else seen.settings.weekly_token_cap,
-                    "start": None if week is None else week.start,
-                    "end": None if week is None else week.end,
+                    **seen_platform.budget_params(seen, now),
                 },
             )
         ).one_or_none()

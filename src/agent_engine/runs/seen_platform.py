@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from agent_engine.db.platform import PlatformSettings
+from agent_engine.domain.budget import week_window
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,21 @@ _seen: SeenPlatform | None = None
 def seen() -> SeenPlatform | None:
     """The settings read last in this process; None before the first read."""
     return _seen
+
+
+def budget_params(seen: SeenPlatform | None, now: datetime) -> dict[str, Any]:
+    """What a one-statement request or claim compares and computes with: the seen settings (as
+    stored), their cap and the budget week containing `now`; all None before the first read (the
+    statement then writes nothing: the settings cannot match)."""
+    if seen is None:
+        return {"platform": None, "cap": None, "start": None, "end": None}
+    week = week_window(now, seen.settings.zone)
+    return {
+        "platform": seen.stored,
+        "cap": seen.settings.weekly_token_cap,
+        "start": week.start,
+        "end": week.end,
+    }
 
 
 def remember(stored: dict[str, Any] | None) -> PlatformSettings:
