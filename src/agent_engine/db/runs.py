@@ -101,6 +101,19 @@ _STORED_PLATFORM = (
     "(SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
 )
 
+
+def _under_cap(owner: str) -> str:
+    """SQL: the owner's week (`:start`/`:end`) is under `:cap` (always, without a cap); `owner`
+    names the owner's id in the enclosing statement. The one-statement request and claim."""
+    return (
+        "CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
+        " (SELECT COALESCE(SUM(r.tokens_used), 0)"
+        + WEEK_RUNS_OF_OWNERS
+        + f" AND a.user_id = {owner}) < CAST(:cap AS bigint)"
+        " END"
+    )
+
+
 # A manual request in one statement (autocommit, no BEGIN/COMMIT): the gate read with its KEY
 # SHARE lock (as `AGENT_GATE`), and the queued row (as `INSERT_QUEUED`) when the gate is open, the
 # platform settings are the ones the caller expects (`:platform`, from which it computed `:cap` and
@@ -117,15 +130,12 @@ REQUEST_AT_ONCE = text(
     " SELECT g.id, g.model_id, :trigger, 'queued', 0, COALESCE(CAST(:now AS timestamptz), now())"
     " FROM g, stored WHERE g.enabled AND NOT g.admin_paused AND g.model_id IS NOT NULL"
     " AND stored.platform = CAST(:platform AS jsonb)"
-    " AND CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
-    "   (SELECT COALESCE(SUM(r.tokens_used), 0)"
-    + WEEK_RUNS_OF_OWNERS
-    + " AND a.user_id = g.user_id) < CAST(:cap AS bigint)"
-    " END"
-    " ON CONFLICT (agent_id) WHERE state IN ('queued', 'running') DO NOTHING RETURNING *)"
-    " SELECT g.user_id AS gate_user_id, g.enabled AS gate_enabled,"
-    " g.admin_paused AS gate_admin_paused, g.model_id IS NOT NULL AS gate_has_model,"
-    " stored.platform AS gate_platform, queued.*"
+    " AND "
+    + _under_cap("g.user_id")
+    + " ON CONFLICT (agent_id) WHERE state IN ('queued', 'running') DO NOTHING RETURNING *)"
+    # The gate as `AGENT_GATE` names it (no column of agent_runs has these names).
+    " SELECT g.enabled, g.admin_paused, g.model_id IS NOT NULL AS has_model, stored.platform,"
+    " queued.*"
     " FROM g CROSS JOIN stored LEFT JOIN queued ON true"
 )
 
@@ -267,12 +277,7 @@ CLAIM_AT_ONCE = text(
     " WHERE agent_runs.id = :run_id AND agent_runs.state = 'queued'"
     " AND c.enabled AND NOT c.admin_paused AND c.has_model AND c.max_concurrent_runs IS NULL"
     " AND c.platform = CAST(:platform AS jsonb)"
-    " AND CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
-    "   (SELECT COALESCE(SUM(r.tokens_used), 0)"
-    + WEEK_RUNS_OF_OWNERS
-    + " AND a.user_id = c.owner_id)"
-    "   < CAST(:cap AS bigint)"
-    " END RETURNING agent_runs.id, c.model),"
+    " AND " + _under_cap("c.owner_id") + " RETURNING agent_runs.id, c.model),"
     " first_step AS (" + FIRST_STEP_INSERT + ")"
     " SELECT c.*, EXISTS (SELECT 1 FROM started) AS started FROM c"
 )

@@ -15,14 +15,15 @@ changed — the transaction decides and journals, as before.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -125,19 +126,10 @@ async def _request_at_once(
                 },
             )
         ).one_or_none()
-    if result is None:
-        raise AgentNotFound(agent_id)
-    lock = closed_lock(
-        enabled=result.gate_enabled,
-        admin_paused=result.gate_admin_paused,
-        has_model=result.gate_has_model,
-    )
-    if lock is not None:
-        raise AgentNotStartable(agent_id, lock)
-    if result.id is not None:
-        return runs_sql.RunRow.from_row(result)
-    if seen is None or result.gate_platform != json.loads(seen.stored):
-        seen_platform.remember(result.gate_platform)
+    row = _refuse_closed_gate(agent_id, result)
+    if row.id is not None:
+        return runs_sql.RunRow.from_row(row)
+    seen_platform.remember(row.platform)  # the stored ones, for the next request
     return None
 
 
@@ -151,14 +143,10 @@ async def _request_in_transaction(
 ) -> runs_sql.RunRow:
     """The journal row (queued or skipped), every case decided under the gate's lock."""
     async with engine.begin() as conn:
-        agent = (await conn.execute(runs_sql.AGENT_GATE, {"agent_id": agent_id})).one_or_none()
-        if agent is None:
-            raise AgentNotFound(agent_id)
-        lock = closed_lock(
-            enabled=agent.enabled, admin_paused=agent.admin_paused, has_model=agent.has_model
+        agent = _refuse_closed_gate(
+            agent_id,
+            (await conn.execute(runs_sql.AGENT_GATE, {"agent_id": agent_id})).one_or_none(),
         )
-        if lock is not None:
-            raise AgentNotStartable(agent_id, lock)
         platform = await load_platform_settings(conn)
         spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
         rows = await insert_requested_runs(
@@ -169,6 +157,19 @@ async def _request_in_transaction(
             budget_spent=[agent_id] if spent else [],
         )
     return rows[agent_id]
+
+
+def _refuse_closed_gate(agent_id: int, gate: Row[Any] | None) -> Row[Any]:
+    """The agent's gate row (`AGENT_GATE`'s columns) when it may start; raises when the agent
+    is gone or its start gate is closed."""
+    if gate is None:
+        raise AgentNotFound(agent_id)
+    lock = closed_lock(
+        enabled=gate.enabled, admin_paused=gate.admin_paused, has_model=gate.has_model
+    )
+    if lock is not None:
+        raise AgentNotStartable(agent_id, lock)
+    return gate
 
 
 # Sends a request stopped waiting for, kept referenced until they end (they log their outcome).
