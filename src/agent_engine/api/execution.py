@@ -28,7 +28,7 @@ Results, errors and their paths are the same as graphql-core's and Strawberry's 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from graphql import (
     GraphQLEnumType,
@@ -83,6 +83,9 @@ class _Direct(NamedTuple):
 
 
 FieldPlan = _Leaf | _Direct
+
+# A selection's results by name, or a list's by index, as they are settled.
+_Settled = TypeVar("_Settled", dict[str, Any], list[Any])
 
 
 def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
@@ -232,9 +235,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             if plan.info_name is None:
                 result = plan.function(source)
             else:
-                info = self.build_resolve_info(
-                    plan.field_def, to_nodes(field_details_list), parent_type, path
-                )
+                info = self._resolve_info(plan, field_details_list, parent_type, path)
                 strawberry_info = plan.info_class(_raw_info=info, _field=plan.field)
                 result = plan.function(source, **{plan.info_name: strawberry_info})
             completed = self._complete_in_place(
@@ -242,9 +243,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             )
             if completed is Undefined:
                 if info is None:
-                    info = self.build_resolve_info(
-                        plan.field_def, to_nodes(field_details_list), parent_type, path
-                    )
+                    info = self._resolve_info(plan, field_details_list, parent_type, path)
                 if self.is_awaitable(result):
                     return self.complete_awaitable_value(
                         return_type, field_details_list, info, path, result, position_context
@@ -258,6 +257,11 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             self.handle_field_error(raw_error, return_type, field_details_list, path)
             return None
         return completed
+
+    def _resolve_info(
+        self, plan: _Direct, details: Any, parent_type: GraphQLObjectType, path: Path
+    ) -> Any:
+        return self.build_resolve_info(plan.field_def, to_nodes(details), parent_type, path)
 
     async def _await_completed(
         self, completed: Awaitable[Any], return_type: GraphQLOutputType, details: Any, path: Path
@@ -322,7 +326,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             completed.append(value)
         if not awaitable_indices:
             return completed
-        return _gathered_items(completed, awaitable_indices)
+        return _gathered(completed, awaitable_indices)
 
 
 def _plan_for(plans: dict[str, FieldPlan], field_details_list: Any) -> FieldPlan | None:
@@ -337,23 +341,17 @@ def _plan_for(plans: dict[str, FieldPlan], field_details_list: Any) -> FieldPlan
     return plan
 
 
-async def _gathered(results: dict[str, Any], awaitable_fields: list[str]) -> dict[str, Any]:
-    """As graphql-core's `execute_fields` settles the fields that returned awaitables."""
-    if len(awaitable_fields) == 1:
-        name = awaitable_fields[0]
-        results[name] = await results[name]
+async def _gathered(results: _Settled, awaiting: list[Any]) -> _Settled:
+    """As graphql-core's `execute_fields` and `complete_iterable_value` settle the fields (by
+    name) or items (by index) that returned awaitables."""
+    if len(awaiting) == 1:
+        key = awaiting[0]
+        results[key] = await results[key]
     else:
-        settled = await gather_with_cancel(*(results[name] for name in awaitable_fields))
-        results.update(zip(awaitable_fields, settled, strict=True))
+        settled = await gather_with_cancel(*(results[key] for key in awaiting))
+        for key, value in zip(awaiting, settled, strict=True):
+            results[key] = value
     return results
-
-
-async def _gathered_items(completed: list[Any], awaitable_indices: list[int]) -> list[Any]:
-    """As graphql-core's `complete_iterable_value` settles the items that completed later."""
-    settled = await gather_with_cancel(*(completed[index] for index in awaitable_indices))
-    for index, value in zip(awaitable_indices, settled, strict=True):
-        completed[index] = value
-    return completed
 
 
 def _read_leaf(leaf: _Leaf, source: Any) -> Any:
@@ -452,12 +450,7 @@ def _direct_resolver(field_def: GraphQLField, info_class: type) -> _Direct | Non
 
 def _resolve_directly(plan: _Direct) -> Callable[[Any, Any], Any]:
     """The field's resolver for the standard path: the function called as `Executor` calls it."""
-    function, info_name, field, info_class = (
-        plan.function,
-        plan.info_name,
-        plan.field,
-        plan.info_class,
-    )
+    function, info_name = plan.function, plan.info_name
     if info_name is None:
 
         def resolve_plain(source: Any, _info: Any) -> Any:
@@ -467,7 +460,9 @@ def _resolve_directly(plan: _Direct) -> Callable[[Any, Any], Any]:
     else:
 
         def resolve_with_info(source: Any, info: Any) -> Any:
-            return function(source, **{info_name: info_class(_raw_info=info, _field=field)})
+            return function(
+                source, **{info_name: plan.info_class(_raw_info=info, _field=plan.field)}
+            )
 
         resolve = resolve_with_info
     resolve._is_default = False  # type: ignore[attr-defined]  # as Strawberry marks its own
