@@ -5,6 +5,7 @@ cancelled mid-exchange, a server that stops answering — each as the SDK's own 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import ipaddress
 import json
@@ -103,16 +104,22 @@ async def server() -> AsyncIterator[RawServer]:
         await listening.wait_closed()
 
 
-def _provider(server: RawServer, *, timeout: float = 5.0) -> OpenAIProvider:
+@contextlib.asynccontextmanager
+async def _provider(
+    server: RawServer, *, timeout_seconds: float = 5.0
+) -> AsyncIterator[OpenAIProvider]:
     os.environ[KEY_ENV] = "k"
     provider = OpenAIProvider(
         base_url=f"http://127.0.0.1:{server.port}/v1",
         api_key_env=KEY_ENV,
-        timeout_seconds=timeout,
+        timeout_seconds=timeout_seconds,
         max_retries=0,
     )
     assert provider._pool is not None  # on the wire
-    return provider
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
 
 
 def _request() -> ModelRequest:
@@ -121,11 +128,8 @@ def _request() -> ModelRequest:
 
 async def test_calls_share_one_kept_alive_connection(server: RawServer) -> None:
     server.replies = [reply()]
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         replies = [await provider.complete(_request()) for _ in range(5)]
-    finally:
-        await provider.aclose()
     assert [r.content for r in replies] == ["Hi."] * 5
     assert replies[0].tokens_used == 5
     assert server.connections == 1
@@ -137,14 +141,11 @@ async def test_a_connection_idle_past_the_keepalive_expiry_is_not_used_again(
 ) -> None:
     monkeypatch.setattr(wire, "KEEPALIVE_EXPIRY_SECONDS", 0.2)
     server.replies = [reply()]
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         await provider.complete(_request())
         await provider.complete(_request())  # at once: the same connection
         await asyncio.sleep(0.3)
         await provider.complete(_request())  # expired: a new one
-    finally:
-        await provider.aclose()
     assert server.connections == 2
 
 
@@ -152,11 +153,8 @@ async def test_a_server_that_closes_after_each_reply_gets_a_new_connection(
     server: RawServer,
 ) -> None:
     server.replies = [reply(headers=("Content-Type: application/json", "Connection: close"))]
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         replies = [await provider.complete(_request()) for _ in range(3)]
-    finally:
-        await provider.aclose()
     assert [r.content for r in replies] == ["Hi."] * 3
     assert server.connections == 3
 
@@ -186,11 +184,8 @@ async def test_every_framing_and_coding_of_the_body_reads_the_same(
     server: RawServer, framing: Reply
 ) -> None:
     server.replies = [framing]
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         answer = await provider.complete(_request())
-    finally:
-        await provider.aclose()
     assert (answer.content, answer.tokens_used) == ("Hi.", 5)
 
 
@@ -203,11 +198,8 @@ async def test_a_redirect_is_followed_by_the_sdk_client(server: RawServer) -> No
         return reply()(path)
 
     server.replies = [redirect_or_answer]
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         answer = await provider.complete(_request())
-    finally:
-        await provider.aclose()
     assert answer.content == "Hi."
     # The wire's try, the SDK client's try and the redirected one.
     assert server.paths == ["/v1/chat/completions", "/v1/chat/completions", "/v2/chat/completions"]
@@ -219,14 +211,11 @@ async def test_an_error_reply_and_a_reply_that_is_not_http(server: RawServer) ->
         reply(error, status="404 Not Found"),
         lambda _path: (b"SSH-2.0\r\n\r\n", True),
     ]
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         with pytest.raises(ProviderError, match=r"refused the request \(HTTP 404\)"):
             await provider.complete(_request())
         with pytest.raises(ProviderError, match="unreachable"):
             await provider.complete(_request())
-    finally:
-        await provider.aclose()
 
 
 async def test_a_silent_server_times_out_and_a_cancelled_call_leaves_the_pool_working(
@@ -239,8 +228,7 @@ async def test_a_silent_server_times_out_and_a_cancelled_call_leaves_the_pool_wo
         return b"", False
 
     server.replies = [nothing, nothing, reply()]
-    provider = _provider(server, timeout=0.3)
-    try:
+    async with _provider(server, timeout_seconds=0.3) as provider:
         with pytest.raises(ProviderError, match="timed out"):
             await provider.complete(_request())
         silent.clear()
@@ -250,8 +238,6 @@ async def test_a_silent_server_times_out_and_a_cancelled_call_leaves_the_pool_wo
         with pytest.raises(asyncio.CancelledError):
             await call
         answer = await provider.complete(_request())
-    finally:
-        await provider.aclose()
     assert answer.content == "Hi."
     # Neither the timed-out nor the cancelled connection was used again.
     assert server.connections == 3
@@ -260,12 +246,9 @@ async def test_a_silent_server_times_out_and_a_cancelled_call_leaves_the_pool_wo
 async def test_calls_at_once_each_get_a_connection_and_keep_it(server: RawServer) -> None:
     server.replies = [reply()]
     server.delay = 0.1
-    provider = _provider(server)
-    try:
+    async with _provider(server) as provider:
         answers = await asyncio.gather(*(provider.complete(_request()) for _ in range(20)))
         again = await asyncio.gather(*(provider.complete(_request()) for _ in range(20)))
-    finally:
-        await provider.aclose()
     assert {a.content for a in [*answers, *again]} == {"Hi."}
     assert server.connections == 20  # the second 20 calls found them kept alive
 
@@ -328,3 +311,29 @@ async def test_an_endpoint_whose_certificate_no_ca_signed_is_refused(tmp_path: P
         listening.close()
         await listening.wait_closed()
     assert raw.paths == []  # the request never left
+
+
+async def test_with_every_connection_busy_a_call_waits_at_most_the_pool_timeout(
+    server: RawServer,
+) -> None:
+    server.replies = [lambda _path: (b"", False)]  # never answers
+    pool = wire.WirePool(
+        "127.0.0.1",
+        server.port,
+        tls=None,
+        timeouts=wire.Timeouts(connect=5, read=5, pool=0.2),
+        max_connections=1,
+    )
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    busy = asyncio.ensure_future(pool.exchange(request))
+    try:
+        await asyncio.sleep(0.05)  # the first exchange holds the one connection
+        with pytest.raises(wire.WireTimeout, match="no free connection"):
+            await pool.exchange(request)
+        assert not busy.done()
+    finally:
+        busy.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await busy
+        pool.close()
+    assert server.connections == 1

@@ -146,7 +146,7 @@ class OpenAIProvider:
             self._clients = [first]
             thin_call = _ThinCall(first)
             self._pool = _wire_pool(thin_call, tls)
-            self._calls: list[_Call] = [_WireCall(thin_call, first._client, self._pool)]
+            self._calls: list[_Call] = [_WireCall(thin_call, self._pool)]
         else:
             clients = max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
             self._clients = [first, *(sdk_client() for _ in range(clients - 1))]
@@ -357,7 +357,7 @@ class _ThinCall:
         headers = {**client.default_headers, **client.auth_headers}
         # The SDK leaves out headers set to its `Omit` marker (unset organisation, project).
         self.headers = [(key, value) for key, value in headers.items() if isinstance(value, str)]
-        self.timeout = client_timeout(client)
+        self.timeout = _client_timeout(client)
         self._extensions = {"timeout": self.timeout.as_dict()}
 
     async def __call__(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
@@ -402,7 +402,7 @@ def _wire_pool(call: _ThinCall, tls: ssl.SSLContext) -> wire.WirePool:
     )
 
 
-def client_timeout(client: openai.AsyncOpenAI) -> httpx2.Timeout:
+def _client_timeout(client: openai.AsyncOpenAI) -> httpx2.Timeout:
     timeout = client.timeout
     return timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(cast(Any, timeout))
 
@@ -418,10 +418,12 @@ class _WireCall:
     difference. Used only where the SDK's client would connect directly: no proxy.
     """
 
-    def __init__(self, thin: _ThinCall, http: httpx2.AsyncClient, pool: wire.WirePool) -> None:
+    def __init__(self, thin: _ThinCall, pool: wire.WirePool) -> None:
         self._thin = thin
         self._pool = pool
-        prototype = http.build_request("POST", thin.url, headers=thin.headers, content=b"")
+        prototype = thin.client._client.build_request(
+            "POST", thin.url, headers=thin.headers, content=b""
+        )
         self._prototype = prototype
         target = prototype.url.raw_path
         head = [b"POST " + target + b" HTTP/1.1\r\n"]
@@ -445,8 +447,12 @@ class _WireCall:
             # Redirects are the SDK client's to follow (it was not processed where we sent it).
             return await self._thin(body, request)
         if reply.status < 400 and not reply.encoded:
-            return _reply_from_json(_json_of_body(reply.body, reply.headers), request)
-        # An error, or a body with a content coding: read as the SDK's client reads it.
+            try:
+                return _reply_from_json(orjson.loads(reply.body), request)
+            except orjson.JSONDecodeError:
+                pass  # read below, as the SDK's client reads it, for its error or its text
+        # An error, a body with a content coding, or one that is not JSON: read as the SDK's
+        # client reads it.
         sent_request = self._request(content)
         response = httpx2.Response(
             reply.status, headers=reply.headers, content=reply.body, request=sent_request
@@ -463,14 +469,6 @@ class _WireCall:
         """The request as the SDK's errors carry it."""
         prototype = self._prototype
         return httpx2.Request("POST", prototype.url, headers=prototype.headers, content=content)
-
-
-def _json_of_body(body: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
-    """`_json_of` for a reply read off the wire."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return _json_of(httpx2.Response(200, headers=headers, content=body))
 
 
 def _json_of(response: httpx2.Response) -> Any:

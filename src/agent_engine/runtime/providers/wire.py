@@ -191,6 +191,11 @@ class _Connection(asyncio.Protocol):
             )
 
 
+def _spent(connection: _Connection, now: float) -> bool:
+    """An idle connection not to be used again: closed by the server, or idle too long."""
+    return connection.closed or connection.idle_since < now - KEEPALIVE_EXPIRY_SECONDS
+
+
 class WirePool:
     """Keep-alive connections to one origin, at most `max_connections` at once."""
 
@@ -214,11 +219,14 @@ class WirePool:
     async def exchange(self, request: bytes) -> Exchange:
         """Send `request` (a whole HTTP/1.1 request) and return the reply."""
         timeouts = self._timeouts
-        try:
-            async with asyncio.timeout(timeouts.pool):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise WireTimeout("no free connection within the pool timeout") from None
+        if self._slots.locked():  # every connection busy: wait for one, at most the pool timeout
+            try:
+                async with asyncio.timeout(timeouts.pool):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise WireTimeout("no free connection within the pool timeout") from None
+        else:
+            await self._slots.acquire()  # at once
         connection: _Connection | None = None
         try:
             connection = self._take_idle() or await self._connect()
@@ -235,20 +243,20 @@ class WirePool:
     def _take_idle(self) -> _Connection | None:
         """The most recently used idle connection still open and not expired."""
         idle = self._idle
-        expired_before = asyncio.get_running_loop().time() - KEEPALIVE_EXPIRY_SECONDS
+        now = asyncio.get_running_loop().time()
         while idle:
             connection = idle.pop()
-            if not connection.closed and connection.idle_since >= expired_before:
+            if not _spent(connection, now):
                 return connection
             connection.abort()
         return None
 
     def _put_idle(self, connection: _Connection) -> None:
-        """Back on the stack; the expired ones at its bottom (the least recently used) close."""
+        """Back on the stack; the spent ones at its bottom (the least recently used) close."""
         now = asyncio.get_running_loop().time()
         connection.idle_since = now
         idle = self._idle
-        while idle and (idle[0].closed or idle[0].idle_since < now - KEEPALIVE_EXPIRY_SECONDS):
+        while idle and _spent(idle[0], now):
             idle.popleft().abort()
         idle.append(connection)
 
