@@ -62,8 +62,9 @@ async def record_alerts_after_finish(
         settings = PlatformSettings.from_rows(platform or {})
         if settings.weekly_token_cap is None or not settings.budget_alert_percents:
             return []
+        window = week_window(now, settings.zone)
         turns = _turns.setdefault(asyncio.get_running_loop(), {})
-        key = (owner_id, week_window(now, settings.zone).start)
+        key = (owner_id, window.start)
         turn = turns.setdefault(key, _Turn())
         turn.registered += 1
         mine = turn.registered
@@ -76,7 +77,7 @@ async def record_alerts_after_finish(
                 async with engine.connect() as conn:
                     conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
                     alerts = await record_crossed_thresholds(
-                        conn, owner_id, now=now, platform=settings
+                        conn, owner_id, now=now, window=window, platform=settings
                     )
                 turn.covered = upto
                 return alerts
@@ -107,13 +108,18 @@ _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, dat
 
 
 async def record_crossed_thresholds(
-    conn: AsyncConnection, owner_id: int, *, now: datetime, platform: PlatformSettings
+    conn: AsyncConnection,
+    owner_id: int,
+    *,
+    now: datetime,
+    window: BudgetWindow,
+    platform: PlatformSettings,
 ) -> list[BudgetAlertRow]:
-    """Record (once) each threshold the owner's week has reached; returns the new alerts."""
+    """Record (once) each threshold the owner's week (`window`, the one containing `now`) has
+    reached; returns the new alerts."""
     cap = platform.weekly_token_cap
     if cap is None or not platform.budget_alert_percents:
         return []
-    window: BudgetWindow = week_window(now, platform.zone)
     used = (await spent_tokens(conn, [owner_id], window=window)).get(owner_id, 0)
     reached = thresholds_reached(used, cap, platform.budget_alert_percents)
     if not reached:
