@@ -3,17 +3,19 @@
 The API key is never stored: the model row names the environment variable that holds it. Servers
 that need no key (vLLM, Ollama) get a placeholder, because the SDK insists on one.
 
-The chat call is a thin POST over the SDK client's own `httpx2` client (`_ThinCall`): the
-request (URL, the SDK's default and auth headers, timeout) is built once per client, the body is
-serialised with orjson and the reply read as a dict, so a call costs the HTTP exchange and not
-the SDK's per-call options copy, URL parsing, header building and `ChatCompletion` construction
-(~60 % of a call's CPU against a fast server; bench/README "issue 25"). What the SDK does well is
-kept: its client (connection pool, TLS, proxies from the environment), its error classes and their
-mapping (`_make_status_error_from_response`: `APIStatusError` subclasses with the provider's body;
-`APITimeoutError`; `APIConnectionError` for transport failures and truncated bodies), so the
-retry policy and the run's error below read the same exceptions as before. A reply whose JSON does
-not parse fails as the SDK's parsing failed (the same exception). `thin=False` sends through the
-SDK's generic `post(..., cast_to=ChatCompletion)` instead, the reference the tests compare with.
+Where the SDK's client would connect directly (no proxy in the environment), the chat call is
+one HTTP/1.1 exchange on the provider's own keep-alive connections (`_WireCall` over
+`wire.WirePool`): the request the SDK would send (its default and auth headers, built once by its
+client), the body serialised with orjson, the reply read as a dict — about a tenth of the CPU of
+the SDK's generic call (`bench/model_call_ab.py`). Otherwise, and with `direct=False`, it is a thin
+POST over the SDK client's own `httpx2` client (`_ThinCall`), which also follows the redirects the
+wire hands back. What the SDK does well is kept either way: its error classes and their mapping
+(`_make_status_error_from_response`: `APIStatusError` subclasses with the provider's body;
+`APITimeoutError`; `APIConnectionError` for transport failures and truncated bodies), its
+decoders for compressed replies, and its client for proxies, so the retry policy and the run's
+error below read the same exceptions as before. A reply whose JSON does not parse fails as the
+SDK's parsing failed (the same exception). `thin=False` sends through the SDK's generic
+`post(..., cast_to=ChatCompletion)` instead, the reference the tests compare with.
 
 Retries are ours, not the SDK's (its client is made with `max_retries=0`): a `429` or `503` (rate
 limit, overload) is waited out — `Retry-After` when the provider sends one, else exponential
@@ -67,7 +69,8 @@ RATE_LIMIT_STATUSES = frozenset({429, 503})
 TRANSIENT_STATUSES = frozenset({408, 409, 500, 502, 504})
 # Without a deadline from the run (a direct caller), rate limits are waited out this long.
 DEFAULT_RATE_LIMIT_PATIENCE_SECONDS = 600.0
-# The SDK's HTTP connection pool (httpcore) walks all its connections on every request event, so
+# When calls go through the SDK's client (a proxy, or `direct=False`): its HTTP connection pool
+# (httpcore) walks all its connections on every request event, so
 # with hundreds of calls in flight that walk is the worker's largest CPU cost: calls are spread
 # round-robin over several clients (one per endpoint and key otherwise), each holding about this
 # many connections. At 50 the walk (and its `poll` of each idle connection) was still ~45 % of the
