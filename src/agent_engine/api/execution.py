@@ -11,15 +11,18 @@ else takes the standard path:
   resolver call chain. Anything unusual (null where the type is non-null, a coercion that fails,
   an exception) runs the field again on the standard path, which is side-effect free for such a
   field and produces the standard error with its path.
-- **A synchronous resolver** with no GraphQL arguments, no field extensions and no exception
-  handlers is called directly — the source as `self`, Strawberry's `Info` when it asks for one —
-  instead of through Strawberry's per-call argument conversion and extension chain, which have
-  nothing to do for it. Its usual results are completed in place: null where the type allows it,
-  an object of a concrete type without `is_type_of` (its selection executed as graphql-core would),
-  a list of such objects or of leaves with no null, exception or awaitable among them, a leaf that
-  coerces. Any other result — an exception, an awaitable, null where the type is non-null, an item
-  that is not plain — is completed by graphql-core's own `complete_value` with the same resolve
-  info, and the resolver is not called again. An exception is handled as graphql-core handles it.
+- **A resolver** with no GraphQL arguments, no field extensions and no exception handlers is
+  called directly — the source as `self`, Strawberry's `Info` when it asks for one — instead of
+  through Strawberry's per-call argument conversion and extension chain, which have nothing to do
+  for it. The `Info` it gets builds graphql-core's resolve info on first use: most resolvers read
+  only the context. An async resolver's result is awaited as graphql-core awaits it. Usual
+  results are completed in place: null where the type allows it, an object of a concrete type
+  without `is_type_of` (its selection's steps looked up once per object, then executed as
+  graphql-core would), a list of such objects or of leaves with no null, exception or awaitable
+  among them, a leaf that coerces. Any other result — an exception, an awaitable, null where the
+  type is non-null, an item that is not plain — is completed by graphql-core's own
+  `complete_value` with the same resolve info, and the resolver is not called again. An
+  exception is handled as graphql-core handles it.
 
 Results, errors and their paths are the same as graphql-core's and Strawberry's own
 (`tests/unit/api/test_execution.py` compares them); the whole API suite runs on this executor.
@@ -27,6 +30,7 @@ Results, errors and their paths are the same as graphql-core's and Strawberry's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -73,7 +77,8 @@ class _Direct(NamedTuple):
     function: Callable[..., Any]
     info_name: str | None  # the resolver's `Info` parameter, if it has one
     field: StrawberryField
-    info_class: type
+    info_class: type[Any]  # Strawberry's `Info`, its resolve info built on first use (`_lazy_info`)
+    is_async: bool  # its result is awaited, then completed as a synchronous one's
     non_null: bool
     shape: int
     # The object type of _OBJECT/_OBJECTS; the leaf's coercion of _LEAF/_LEAVES.
@@ -83,6 +88,9 @@ class _Direct(NamedTuple):
 
 
 FieldPlan = _Leaf | _Direct
+
+# Result types that are never awaitable: the usual results skip `is_awaitable`'s checks.
+_SETTLED = frozenset({dict, list, str, int, float, bool, type(None)})
 
 # A selection's results by name, or a list's by index, as they are settled.
 _Settled = TypeVar("_Settled", dict[str, Any], list[Any])
@@ -131,6 +139,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
 
     _field_plans: FieldPlans | None = None
     _selection_steps: dict[tuple[str, int], tuple[Any, tuple[_Step, ...] | None]] | None = None
+    _object_steps: dict[tuple[str, int], tuple[Any, tuple[_Step, ...] | None]] | None = None
 
     def _plans(self) -> FieldPlans:
         """The schema's field plans; none when an extension wraps the resolvers (then every
@@ -179,6 +188,44 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             return super().execute_fields(
                 parent_type, source_value, path, grouped_field_set, position_context
             )
+        return self._execute_steps(parent_type, source_value, path, steps, position_context)
+
+    def _execute_object(
+        self,
+        object_type: GraphQLObjectType,
+        details: Any,
+        path: Path,
+        source: Any,
+        position_context: Any,
+    ) -> Any:
+        """`collect_and_execute_subfields` for an object a direct resolver returned: its
+        selection's steps looked up once per object, not collected, executed and stepped."""
+        cache = self._object_steps
+        if cache is None:
+            cache = self._object_steps = {}
+        key = (object_type.name, id(details))
+        cached = cache.get(key)
+        if cached is None or cached[0] is not details:
+            grouped, new_defer_usages, _ = self.collect_subfields(object_type, details)
+            # Deferred fragments take graphql-core's incremental path.
+            steps = None if new_defer_usages else self._steps(object_type, grouped)
+            cached = cache[key] = (details, steps)
+        steps = cached[1]
+        if steps is None or position_context is not None:
+            return self.collect_and_execute_subfields(
+                object_type, details, path, source, position_context
+            )
+        return self._execute_steps(object_type, source, path, steps, None)
+
+    def _execute_steps(
+        self,
+        parent_type: GraphQLObjectType,
+        source_value: Any,
+        path: Path | None,
+        steps: tuple[_Step, ...],
+        position_context: Any,
+    ) -> Any:
+        """`execute_fields` for a selection whose steps are known."""
         results: dict[str, Any] = {}
         is_awaitable = self.is_awaitable
         awaitable_fields: list[str] = []
@@ -209,7 +256,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                     )
                 if result is not Undefined:
                     results[response_name] = result
-                    if is_awaitable(result):
+                    if type(result) not in _SETTLED and is_awaitable(result):
                         awaitable_fields.append(response_name)
         except Exception:
             if awaitable_fields:
@@ -235,27 +282,60 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             if plan.info_name is None:
                 result = plan.function(source)
             else:
-                info = self._resolve_info(plan, field_details_list, parent_type, path)
-                strawberry_info = plan.info_class(_raw_info=info, _field=plan.field)
-                result = plan.function(source, **{plan.info_name: strawberry_info})
+                info = plan.info_class(self, plan, field_details_list, parent_type, path)
+                result = plan.function(source, **{plan.info_name: info})
+            if plan.is_async:
+                return self._complete_awaited(
+                    plan, parent_type, field_details_list, path, result, position_context
+                )
             completed = self._complete_in_place(
                 plan, field_details_list, path, result, position_context
             )
             if completed is Undefined:
-                if info is None:
-                    info = self._resolve_info(plan, field_details_list, parent_type, path)
+                raw_info = (
+                    info._raw_info
+                    if info is not None
+                    else self._resolve_info(plan, field_details_list, parent_type, path)
+                )
                 if self.is_awaitable(result):
                     return self.complete_awaitable_value(
-                        return_type, field_details_list, info, path, result, position_context
+                        return_type, field_details_list, raw_info, path, result, position_context
                     )
                 completed = self.complete_value(
-                    return_type, field_details_list, info, path, result, position_context
+                    return_type, field_details_list, raw_info, path, result, position_context
                 )
-            if self.is_awaitable(completed):
+            if type(completed) not in _SETTLED and self.is_awaitable(completed):
                 return self._await_completed(completed, return_type, field_details_list, path)
         except Exception as raw_error:
             self.handle_field_error(raw_error, return_type, field_details_list, path)
             return None
+        return completed
+
+    async def _complete_awaited(
+        self,
+        plan: _Direct,
+        parent_type: GraphQLObjectType,
+        details: Any,
+        path: Path,
+        result: Any,
+        position_context: Any,
+    ) -> Any:
+        """As `complete_awaitable_value` completes an async resolver's result, its usual results
+        completed in place."""
+        return_type = plan.field_def.type
+        try:
+            resolved = await self.with_abort_signal(result)
+            completed = self._complete_in_place(plan, details, path, resolved, position_context)
+            if completed is Undefined:
+                info = self._resolve_info(plan, details, parent_type, path)
+                completed = self.complete_value(
+                    return_type, details, info, path, resolved, position_context
+                )
+            if self.is_awaitable(completed):
+                completed = await completed
+        except Exception as raw_error:
+            self.handle_field_error(raw_error, return_type, details, path)
+            completed = None
         return completed
 
     def _resolve_info(
@@ -283,7 +363,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         if shape == _OBJECT:
             if isinstance(result, Exception) or self.is_awaitable(result):
                 return Undefined
-            return self.collect_and_execute_subfields(
+            return self._execute_object(
                 cast(GraphQLObjectType, plan.object_type), details, path, result, position_context
             )
         if shape == _LEAF:
@@ -313,14 +393,14 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         for index, item in enumerate(items):
             item_path = path.add_key(index, None)
             try:
-                value = self.collect_and_execute_subfields(
+                value = self._execute_object(
                     object_type, details, item_path, item, position_context
                 )
             except Exception as raw_error:
                 self.handle_field_error(raw_error, item_type, details, item_path)
                 value = None
             else:
-                if is_awaitable(value):
+                if type(value) is not dict and is_awaitable(value):
                     value = self._await_completed(value, item_type, details, item_path)
                     awaitable_indices.append(index)
             completed.append(value)
@@ -384,7 +464,7 @@ def streamline(schema: Any) -> None:
     standard path)."""
     graphql_schema: GraphQLSchema = schema._schema
     subscription = graphql_schema.subscription_type
-    info_class = schema.config.info_class
+    info_class = _lazy_info(schema.config.info_class)
     plans: FieldPlans = {}
     for graphql_type in graphql_schema.type_map.values():
         if not isinstance(graphql_type, GraphQLObjectType) or graphql_type is subscription:
@@ -400,7 +480,7 @@ def streamline(schema: Any) -> None:
     graphql_schema.extensions = {**graphql_schema.extensions, FIELD_PLANS: plans}
 
 
-def _direct_resolver(field_def: GraphQLField, info_class: type) -> _Direct | None:
+def _direct_resolver(field_def: GraphQLField, info_class: type[Any]) -> _Direct | None:
     field = field_def.extensions.get(_DEFINITION)
     if not isinstance(field, StrawberryField) or type(field).get_result is not (
         StrawberryField.get_result
@@ -409,7 +489,6 @@ def _direct_resolver(field_def: GraphQLField, info_class: type) -> _Direct | Non
     resolver = field.base_resolver
     if (
         resolver is None
-        or field.is_async
         or field.extensions
         or field.arguments
         or field_def.args
@@ -440,6 +519,7 @@ def _direct_resolver(field_def: GraphQLField, info_class: type) -> _Direct | Non
         info_name=None if info_parameter is None else info_parameter.name,
         field=field,
         info_class=info_class,
+        is_async=field.is_async,
         non_null=non_null,
         shape=shape,
         object_type=object_type,
@@ -460,10 +540,46 @@ def _resolve_directly(plan: _Direct) -> Callable[[Any, Any], Any]:
     else:
 
         def resolve_with_info(source: Any, info: Any) -> Any:
-            return function(
-                source, **{info_name: plan.info_class(_raw_info=info, _field=plan.field)}
-            )
+            return function(source, **{info_name: plan.info_class.made(info, plan.field)})
 
         resolve = resolve_with_info
     resolve._is_default = False  # type: ignore[attr-defined]  # as Strawberry marks its own
     return resolve
+
+
+def _lazy_info(info_class: type[Any]) -> type[Any]:
+    """The schema's `Info` class as `Executor` hands it to a resolver it calls directly: made from
+    the field's place, graphql-core's resolve info built on first use. Most resolvers of a page
+    read only the context (the loaders), and a resolve info per field costs more than the field.
+    """
+
+    class LazyInfo(info_class):  # type: ignore[misc]
+        __doc__ = info_class.__doc__
+
+        def __init__(
+            self,
+            executor: Executor,
+            plan: _Direct,
+            details: Any,
+            parent_type: GraphQLObjectType,
+            path: Path,
+        ) -> None:
+            self._executor = executor
+            self._place = (plan, details, parent_type, path)
+            self._field = plan.field
+
+        @classmethod
+        def made(cls, raw_info: Any, field: StrawberryField) -> Any:
+            """An `Info` of a resolve info already built (the standard path)."""
+            return info_class(_raw_info=raw_info, _field=field)
+
+        @property
+        def context(self) -> Any:
+            return self._executor.context_value
+
+        @functools.cached_property
+        def _raw_info(self) -> Any:
+            return self._executor._resolve_info(*self._place)
+
+    LazyInfo.__name__ = LazyInfo.__qualname__ = info_class.__name__
+    return LazyInfo

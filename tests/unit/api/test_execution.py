@@ -108,6 +108,30 @@ class Item:
 
         return [_item(int(self.id) + 500), kid()]  # type: ignore[list-item]
 
+    # Async resolvers: awaited, then completed in place as a synchronous one's result.
+    @strawberry.field
+    async def soon(self, info: Info) -> Item | None:
+        await asyncio.sleep(0)
+        number = int(self.id)
+        if number == 2:
+            raise LookupError(f"no soon item for {number}")
+        if number == 4:
+            return None
+        return _item(number + 600, mandatory=None if number == 3 else "m")
+
+    @strawberry.field
+    async def soon_kids(self) -> list[Item]:
+        await asyncio.sleep(0)
+        number = int(self.id)
+        if number == 3:
+            return [_item(71), None]  # type: ignore[list-item]  # null in a non-null list
+        return [_item(number * 10 + 7), _item(number * 10 + 8)]
+
+    @strawberry.field
+    async def soon_where(self, info: Info) -> str:
+        selected = [field.name for field in info.selected_fields]
+        return f"{info.field_name}@{info.path.as_list()} {selected} {info.operation.operation}"
+
     @strawberry.field
     def shape(self) -> Shape:
         return Square(side=int(self.id)) if int(self.id) % 2 else Circle(radius=int(self.id))
@@ -190,6 +214,8 @@ QUERIES = [
     " square { side } } }",
     "{ items { id a: kids { id } b: kids { name } kids @include(if: true) { where } } }",
     "{ one { kids { id kids { id kids { id mandatory } } } must { id } } }",
+    "{ items { id soon { id mandatory where } soonKids { id where } soonWhere } }",
+    "{ one { id soon { id soonKids { id soon { id } } } soonWhere } }",
 ]
 
 
@@ -224,7 +250,7 @@ async def test_null_in_a_non_null_leaf_and_a_bad_int_are_errors_with_their_paths
     assert result.data["items"][0] == {"id": "1", "mandatory": "m", "size": 1}
 
 
-def test_only_plain_synchronous_fields_are_rewired() -> None:
+def test_only_fields_without_arguments_are_rewired() -> None:
     _, fast = _schemas()
     item = fast._schema.type_map["Item"].fields  # type: ignore[attr-defined]
     query = fast._schema.query_type.fields  # type: ignore[union-attr]
@@ -242,10 +268,13 @@ def test_only_plain_synchronous_fields_are_rewired() -> None:
         "scores",
         "laterKid",
         "laterKids",
+        "soon",
+        "soonKids",
+        "soonWhere",
         "shape",
         "square",
     }
-    assert query["one"].resolve.__module__ != Executor.__module__  # async: Strawberry's own
+    assert query["one"].resolve.__module__ == Executor.__module__  # async too
 
 
 async def test_an_extension_that_wraps_resolvers_still_sees_every_field() -> None:
