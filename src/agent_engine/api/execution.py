@@ -46,9 +46,12 @@ from graphql import (
 )
 from graphql.execution.executor import to_nodes
 from graphql.pyutils import Path, Undefined, gather_with_cancel
+from graphql.type.definition import GraphQLResolveInfoHelpers
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
+
+from agent_engine.api.collector import weakly
 
 # The key under which Strawberry keeps a GraphQL field's StrawberryField.
 _DEFINITION = GraphQLCoreConverter.DEFINITION_BACKREF
@@ -136,6 +139,14 @@ def _probe(_source: Any, _info: Any) -> None:
 
 class Executor(StrawberryGraphQLCoreExecutionContext):
     """graphql-core's executor (as Strawberry sets it up), with the shortcuts above."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # graphql-core keeps two of the executor's bound methods on it: a cycle that would leave
+        # the executor, the request's context and its loaders to the collector.
+        self.async_helpers = GraphQLResolveInfoHelpers(
+            gather=weakly(self.gather_async_work), track=weakly(self.track_async_work)
+        )
 
     _field_plans: FieldPlans | None = None
     _selection_steps: dict[tuple[str, int], tuple[Any, tuple[_Step, ...] | None]] | None = None

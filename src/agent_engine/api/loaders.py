@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
+from agent_engine.api.collector import weakly
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db import catalog, deliveries, run_steps
@@ -76,72 +78,110 @@ class Loaders:
         self._users = 0
         self._release_timer: asyncio.TimerHandle | None = None
         self._releasing: asyncio.Task[None] | None = None
-        self.agent: DataLoader[int, AgentRow | None] = self._by_key(
-            agents_db.live_agents_by_id, lambda row: row.id
-        )
-        self.user: DataLoader[int, UserRow | None] = self._by_key(
-            users_db.users_by_id, lambda row: row.id
-        )
-        self.model: DataLoader[int, AgentModelRow | None] = self._by_key(
-            catalog.models_by_id, lambda row: row.id
-        )
-        self.run: DataLoader[int, RunRow | None] = self._by_key(
-            runs_db.runs_by_id, lambda row: row.id
-        )
-        self.last_run: DataLoader[int, RunRow | None] = self._by_key(
-            runs_db.last_finished_runs, lambda row: row.agent_id
-        )
-        self.active_run: DataLoader[int, RunRow | None] = self._by_key(
-            runs_db.active_runs, lambda row: row.agent_id
-        )
-        self.tools_of_agent: DataLoader[int, list[ToolRow]] = self._grouped(catalog.tools_of_agents)
-        self.tool: DataLoader[int, ToolRow | None] = self._by_key(
-            catalog.tools_by_id, lambda row: row.id
-        )
-        self.auto_approved_of_agent: DataLoader[int, list[ToolRow]] = self._grouped(
-            catalog.auto_approved_of_agents
-        )
-        # Approvals: the one a run is parked on, and every one of a run (its steps').
-        self.pending_approval: DataLoader[int, ApprovalRow | None] = self._by_key(
-            approvals_db.pending_of_runs, lambda row: row.run_id
-        )
-        self.approvals_of_run: DataLoader[int, list[ApprovalRow]] = self._grouped(
-            _keyed(approvals_db.approvals_of_runs, lambda row: row.run_id)
-        )
-        # MCP sources of tools, and the tools of sources.
-        self.tool_source: DataLoader[int, ToolSourceRow | None] = self._by_key(
-            tool_sources_db.sources_by_id, lambda row: row.id
-        )
-        self.tools_of_source: DataLoader[int, list[ToolRow]] = self._grouped(
-            _keyed(catalog.tools_of_sources, lambda row: row.source_id or 0)
-        )
-        self.budget: DataLoader[int, Budget] = DataLoader(load_fn=self._load_budgets)
-        # The transcript and deliveries of a page of runs, one statement each.
-        self.steps_of_run: DataLoader[int, list[StepRow]] = self._grouped(
-            _keyed(run_steps.steps_of_runs, lambda row: row.run_id)
-        )
-        self.deliveries_of_run: DataLoader[int, list[RunDeliveryRow]] = self._grouped(
-            _keyed(deliveries.deliveries_of_runs, lambda row: row.run_id)
-        )
-        self.targets_of_agent: DataLoader[int, list[DeliveryTargetRow]] = self._grouped(
-            deliveries.targets_of_agents
-        )
-        self.agents_of_owner: DataLoader[int, list[AgentRow]] = self._grouped(
-            _keyed(agents_db.live_agents_of_owners, lambda row: row.user_id)
-        )
-        self.run_page: DataLoader[RunPageKey, list[RunRow]] = DataLoader(
-            load_fn=self._load_run_pages
-        )
-        # Spend: the week's cost per owner, each agent's pace, this week's alerts.
-        self.budget_cost: DataLoader[int, Decimal | None] = DataLoader(
-            load_fn=self._load_budget_costs
-        )
-        self.expected_tokens: DataLoader[int, int | None] = DataLoader(
-            load_fn=self._load_expected_tokens
-        )
-        self.alerts_this_week: DataLoader[int, list[BudgetAlertRow]] = DataLoader(
-            load_fn=self._load_alerts_this_week
-        )
+        # Agents a page already read, until (if ever) `agent` is asked for.
+        self._primed_agents: dict[int, AgentRow] = {}
+
+    # Each loader is made when first asked for (a request uses a few of them), and calls back
+    # `weakly`, so a request's loaders and their cached rows are freed when the request ends.
+
+    @functools.cached_property
+    def agent(self) -> DataLoader[int, AgentRow | None]:
+        loader = self._by_key(agents_db.live_agents_by_id, lambda row: row.id)
+        loader.prime_many(self._primed_agents, force=True)
+        self._primed_agents.clear()
+        return loader
+
+    @functools.cached_property
+    def user(self) -> DataLoader[int, UserRow | None]:
+        return self._by_key(users_db.users_by_id, lambda row: row.id)
+
+    @functools.cached_property
+    def model(self) -> DataLoader[int, AgentModelRow | None]:
+        return self._by_key(catalog.models_by_id, lambda row: row.id)
+
+    @functools.cached_property
+    def run(self) -> DataLoader[int, RunRow | None]:
+        return self._by_key(runs_db.runs_by_id, lambda row: row.id)
+
+    @functools.cached_property
+    def last_run(self) -> DataLoader[int, RunRow | None]:
+        return self._by_key(runs_db.last_finished_runs, lambda row: row.agent_id)
+
+    @functools.cached_property
+    def active_run(self) -> DataLoader[int, RunRow | None]:
+        return self._by_key(runs_db.active_runs, lambda row: row.agent_id)
+
+    @functools.cached_property
+    def tools_of_agent(self) -> DataLoader[int, list[ToolRow]]:
+        return self._grouped(catalog.tools_of_agents)
+
+    @functools.cached_property
+    def tool(self) -> DataLoader[int, ToolRow | None]:
+        return self._by_key(catalog.tools_by_id, lambda row: row.id)
+
+    @functools.cached_property
+    def auto_approved_of_agent(self) -> DataLoader[int, list[ToolRow]]:
+        return self._grouped(catalog.auto_approved_of_agents)
+
+    # Approvals: the one a run is parked on, and every one of a run (its steps').
+
+    @functools.cached_property
+    def pending_approval(self) -> DataLoader[int, ApprovalRow | None]:
+        return self._by_key(approvals_db.pending_of_runs, lambda row: row.run_id)
+
+    @functools.cached_property
+    def approvals_of_run(self) -> DataLoader[int, list[ApprovalRow]]:
+        return self._grouped(_keyed(approvals_db.approvals_of_runs, lambda row: row.run_id))
+
+    # MCP sources of tools, and the tools of sources.
+
+    @functools.cached_property
+    def tool_source(self) -> DataLoader[int, ToolSourceRow | None]:
+        return self._by_key(tool_sources_db.sources_by_id, lambda row: row.id)
+
+    @functools.cached_property
+    def tools_of_source(self) -> DataLoader[int, list[ToolRow]]:
+        return self._grouped(_keyed(catalog.tools_of_sources, lambda row: row.source_id or 0))
+
+    @functools.cached_property
+    def budget(self) -> DataLoader[int, Budget]:
+        return DataLoader(load_fn=weakly(self._load_budgets))
+
+    # The transcript and deliveries of a page of runs, one statement each.
+
+    @functools.cached_property
+    def steps_of_run(self) -> DataLoader[int, list[StepRow]]:
+        return self._grouped(_keyed(run_steps.steps_of_runs, lambda row: row.run_id))
+
+    @functools.cached_property
+    def deliveries_of_run(self) -> DataLoader[int, list[RunDeliveryRow]]:
+        return self._grouped(_keyed(deliveries.deliveries_of_runs, lambda row: row.run_id))
+
+    @functools.cached_property
+    def targets_of_agent(self) -> DataLoader[int, list[DeliveryTargetRow]]:
+        return self._grouped(deliveries.targets_of_agents)
+
+    @functools.cached_property
+    def agents_of_owner(self) -> DataLoader[int, list[AgentRow]]:
+        return self._grouped(_keyed(agents_db.live_agents_of_owners, lambda row: row.user_id))
+
+    @functools.cached_property
+    def run_page(self) -> DataLoader[RunPageKey, list[RunRow]]:
+        return DataLoader(load_fn=weakly(self._load_run_pages))
+
+    # Spend: the week's cost per owner, each agent's pace, this week's alerts.
+
+    @functools.cached_property
+    def budget_cost(self) -> DataLoader[int, Decimal | None]:
+        return DataLoader(load_fn=weakly(self._load_budget_costs))
+
+    @functools.cached_property
+    def expected_tokens(self) -> DataLoader[int, int | None]:
+        return DataLoader(load_fn=weakly(self._load_expected_tokens))
+
+    @functools.cached_property
+    def alerts_this_week(self) -> DataLoader[int, list[BudgetAlertRow]]:
+        return DataLoader(load_fn=weakly(self._load_alerts_this_week))
 
     async def platform(self) -> PlatformSettings:
         """Platform settings, read once per request."""
@@ -166,20 +206,21 @@ class Loaders:
         return PageRelations(models, tools, active, last)
 
     def prime_agent(self, row: AgentRow) -> None:
-        self.agent.prime(row.id, row, force=True)
+        """An agent row read for the request: `agent` answers it without a statement (kept
+        as a row until `agent` is first asked for: a page primes a hundred and rarely asks)."""
+        loader: DataLoader[int, AgentRow | None] | None = self.__dict__.get("agent")
+        if loader is None:
+            self._primed_agents[row.id] = row
+        else:
+            loader.prime(row.id, row, force=True)
 
     def forget_agent(self, agent_id: int) -> None:
         """After a write: the next read of this agent's rows goes to the database."""
-        loaders: tuple[DataLoader[int, Any], ...] = (
-            self.agent,
-            self.tools_of_agent,
-            self.active_run,
-            self.last_run,
-            self.targets_of_agent,
-        )
-        for loader in loaders:
-            if loader.cache_map.get(agent_id) is not None:  # clear() raises on a missing key
-                loader.clear(agent_id)
+        self._primed_agents.pop(agent_id, None)
+        for name in ("agent", "tools_of_agent", "active_run", "last_run", "targets_of_agent"):
+            loader: DataLoader[int, Any] | None = self.__dict__.get(name)  # made if ever asked
+            if loader is not None and loader.cache_map.get(agent_id) is not None:
+                loader.clear(agent_id)  # clear() raises on a missing key
 
     async def release(self) -> None:
         """Return the shared connection to the pool now (the end of a request)."""
@@ -230,16 +271,20 @@ class Loaders:
             return await load_platform_settings(conn)
 
     def _by_key(self, fetch: Fetch[T], key: Callable[[T], int]) -> DataLoader[int, T | None]:
+        fetch_rows = weakly(self._fetch)
+
         async def load(ids: Sequence[int]) -> list[T | None]:
-            found = {key(row): row for row in await self._fetch(fetch, ids)}
+            found = {key(row): row for row in await fetch_rows(fetch, ids)}
             return [found.get(i) for i in ids]
 
         return DataLoader(load_fn=load)
 
     def _grouped(self, fetch: Fetch[tuple[int, T]]) -> DataLoader[int, list[T]]:
+        fetch_rows = weakly(self._fetch)
+
         async def load(ids: Sequence[int]) -> list[list[T]]:
             grouped: dict[int, list[T]] = {i: [] for i in ids}
-            for owner, row in await self._fetch(fetch, ids):
+            for owner, row in await fetch_rows(fetch, ids):
                 grouped[owner].append(row)
             return [grouped[i] for i in ids]
 

@@ -180,3 +180,29 @@ async def test_a_pages_prefetched_relations_answer_what_each_agent_answers(
     assert page["viewer"]["agents"] == one_by_one
     assert {a["id"] for a in one_by_one} >= {str(bare["id"])}
     assert all(a["lastRun"]["state"] == "SUCCEEDED" for a in one_by_one if a["model"])
+
+
+async def test_a_page_leaves_no_reference_cycles_to_the_collector(
+    api: Api, factories: Factories
+) -> None:
+    """A request's executor, context, loaders and rows are freed by reference counting when it
+    ends: garbage left to the collector costs the api a collection pass per few dozen pages."""
+    import gc
+
+    owner = 53
+    await factories.user(id=owner)
+    await _agents_with_relations(factories, owner, 5)
+    await api.data(QUERY, None, as_user=owner)  # warm: provisioning, caches
+    ours = {"Executor", "Context", "Loaders", "DataLoader", "AgentRow", "RunRow", "Agent", "Run"}
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            data = await api.data(QUERY, None, as_user=owner)
+            assert len(data["viewer"]["agents"]) == 5
+        gc.collect()
+        left = sorted({type(o).__qualname__ for o in gc.garbage} & ours)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert left == []
