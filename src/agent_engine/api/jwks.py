@@ -77,6 +77,7 @@ class JwksKeys:
         self._good_at = -float("inf")  # when the current set was read
         self._tried_at = -float("inf")  # when the last fetch (good or not) finished
         self._fetches = 0  # fetches started (tests and logs)
+        self.generation = 0  # key sets read: what was verified with an older one is checked again
         self._last_error: str | None = None
         self._lock = asyncio.Lock()
 
@@ -143,6 +144,7 @@ class JwksKeys:
                 raise_unavailable = not self._fetched
             else:
                 self._keys, self._fetched, self._good_at = keys, True, self._clock()
+                self.generation += 1
                 self._last_error = None
                 raise_unavailable = False
                 log.info("jwks: %d signing keys from %s", len(keys), self.url)

@@ -289,9 +289,12 @@ SELECT_MODEL = text("SELECT * FROM agent_models WHERE id = :id")
 ALL_TOOLS = text("SELECT * FROM tools ORDER BY name")
 ALLOWED_TOOL_LIST = text("SELECT * FROM tools WHERE agents_allowed ORDER BY name")
 SELECT_TOOL = text("SELECT * FROM tools WHERE id = :id")
+# Each tool once, with the agents (of those asked for) that selected it: a page's hundred agents
+# share a few tools, and a tool's row (its description, its arguments' schema) is read once.
 TOOLS_OF_AGENTS = text(
-    "SELECT at.agent_id, t.* FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
-    " WHERE at.agent_id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name"
+    "SELECT array_agg(at.agent_id) AS agent_ids, t.* FROM agent_tools at"
+    " JOIN tools t ON t.id = at.tool_id WHERE at.agent_id = ANY(CAST(:ids AS bigint[]))"
+    " GROUP BY t.id ORDER BY t.name"
 )
 
 
@@ -354,4 +357,8 @@ async def tools_of_agents(
 ) -> list[tuple[int, ToolRow]]:
     """(agent id, tool) for each agent's selection, by tool name."""
     rows = await direct.fetch(conn, TOOLS_OF_AGENTS, {"ids": list(agent_ids)})
-    return read_keyed_rows(rows, "agent_id", ToolRow, same_by="id")
+    return [
+        (agent_id, tool)
+        for selected_by, tool in read_keyed_rows(rows, "agent_ids", ToolRow, same_by="id")
+        for agent_id in selected_by
+    ]

@@ -75,3 +75,39 @@ def test_what_stops_the_api_at_start(values: dict[str, object], expected: str | 
     else:
         assert problem is not None and expected in problem
         assert "AGENT_ENGINE_JWT_SECRET" in problem
+
+
+async def test_a_token_verified_lately_is_answered_from_memory_until_it_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import time
+    from datetime import timedelta
+
+    import jwt
+
+    from agent_engine.api.auth import TokenVerifier, mint_token
+
+    secret = "a-secret-long-enough-for-hs256-tokens-0123456789"
+    verifier = TokenVerifier(_settings(jwt_secret=secret, jwt_leeway_seconds=0))
+    decoded: list[str] = []
+    decode = jwt.decode
+
+    def counting(token: str, *args: object, **kwargs: object) -> object:
+        decoded.append(token)
+        return decode(token, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jwt, "decode", counting)
+    token = mint_token(secret, user_id=7, ttl=timedelta(seconds=2))
+    first = await verifier.verify(token)
+    assert (await verifier.verify(token)) == first
+    assert first.user_id == 7 and len(decoded) == 1  # the second answered from memory
+    other = mint_token(secret, user_id=8)
+    assert (await verifier.verify(other)).user_id == 8 and len(decoded) == 2
+    # A token one byte off is a different token: checked, and refused.
+    with pytest.raises(Unauthenticated, match="invalid token"):
+        await verifier.verify(token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1])
+    assert first.expires_at is not None
+    await asyncio.sleep(max(0.0, first.expires_at.timestamp() - time.time()) + 0.05)
+    with pytest.raises(Unauthenticated, match="the token has expired"):
+        await verifier.verify(token)
