@@ -27,7 +27,7 @@ from sqlalchemy import event
 from starlette.types import Receive, Scope, Send
 
 from agent_engine.api.app import create_app
-from agent_engine.api.collector import tune_gc
+from agent_engine.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.domain.budget import week_window
 from agent_engine.settings import load_settings, to_libpq_url

@@ -47,7 +47,6 @@ from agent_engine.api.auth import (
     verification_problem,
     viewer_of,
 )
-from agent_engine.api.collector import tune_gc
 from agent_engine.api.context import Context
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import PAYLOAD_TOO_LARGE, ApiError, Unauthenticated
@@ -71,6 +70,7 @@ from agent_engine.api.loaders import Loaders
 from agent_engine.api.schema import build_schema
 from agent_engine.api.sessions import SessionHandler, SessionRegistry, check_room
 from agent_engine.api.state import State, state_of
+from agent_engine.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.db.users import read_user
 from agent_engine.observability.http import HttpMetrics

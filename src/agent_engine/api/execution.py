@@ -51,7 +51,7 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
 
-from agent_engine.api.collector import weakly
+from agent_engine.collector import weakly
 
 # The key under which Strawberry keeps a GraphQL field's StrawberryField.
 _DEFINITION = GraphQLCoreConverter.DEFINITION_BACKREF

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
-from agent_engine.api.collector import weakly
+from agent_engine.collector import weakly
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db import catalog, deliveries, run_steps

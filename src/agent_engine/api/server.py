@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
-from agent_engine.api.collector import tune_gc
+from agent_engine.collector import tune_gc
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings
 

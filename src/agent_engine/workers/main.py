@@ -28,6 +28,7 @@ from typing import Any
 
 import dramatiq
 
+from agent_engine.collector import tune_gc
 from agent_engine.observability.logging import configure_logging
 from agent_engine.runtime.providers import openai_provider
 from agent_engine.settings import Settings
@@ -153,6 +154,7 @@ def stop_worker(worker: EngineWorker, *, grace_seconds: float = SHUTDOWN_GRACE_S
 
 def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
     configure_logging(settings)
+    tune_gc()  # as `serve`: what the process imported is frozen out of the collector's walks
     stop = threading.Event()
     _on_stop_signals(stop)
     worker = start_worker(settings, threads=threads, queues=queues)

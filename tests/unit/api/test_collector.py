@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from agent_engine.api.collector import weakly
+from agent_engine.collector import weakly
 
 
 class Holder:

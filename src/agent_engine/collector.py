@@ -1,4 +1,4 @@
-"""The api process's garbage-collector settings (`agent-engine serve`), and `weakly`, which keeps a
+"""The garbage-collector settings of the api and worker processes, and `weakly`, which keeps a
 request's objects out of reference cycles."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ GC_YOUNG_THRESHOLD = 50_000
 
 def tune_gc() -> None:
     """An api process holds thousands of long-lived objects per thousand sockets, and a socket's
-    handshake allocates a few thousand more: with Python's defaults the collector's older passes
-    walk that whole heap again and again (bench/README.md, fanout_ws: most of a subscription's
-    opening cost at 5,000 sockets). What exists once the app is built (modules, the schema)
-    never dies: it is frozen out of the collector's walks, and the young generation is collected
-    less often. Reference counting still frees almost everything at once; the collector is only
-    there for cycles."""
+    handshake allocates a few thousand more; a worker holds hundreds of runs in flight. With
+    Python's defaults the collector walks those again and again, finding next to nothing
+    (bench/README.md, fanout_ws: most of a subscription's opening cost at 5,000 sockets; the
+    stampede: ~0.2 ms per run, 70 objects collected in 500 runs). What exists once the process
+    is up (modules, the schema) never dies: it is frozen out of the collector's walks, and the
+    young generation is collected less often. Reference counting still frees almost everything
+    at once; the collector is only there for cycles."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
