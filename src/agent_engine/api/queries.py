@@ -57,7 +57,7 @@ class Query:
     @strawberry.field
     async def agent(self, info: Info, id: strawberry.ID) -> Agent | None:
         info.context.require_viewer()
-        return Agent.from_row(await visible_agent(info, parse_id(id, "id")))
+        return Agent.from_row(await visible_agent(info, parse_id(id, "id")), info.context.loaders)
 
     @strawberry.field
     async def run(self, info: Info, id: strawberry.ID) -> Run | None:
@@ -100,9 +100,12 @@ class Query:
                 owner_id=owner,
                 status=gate.AgentStatus[status.name] if status is not None else None,
             )
+        loaders = info.context.loaders
         for row in rows:
-            info.context.loaders.prime_agent(row)
-        return AgentConnection.from_rows(rows, size, kind="agent", node=Agent.from_row)
+            loaders.prime_agent(row)
+        return AgentConnection.from_rows(
+            rows, size, kind="agent", node=lambda row: Agent.from_row(row, loaders)
+        )
 
     @described(description="Admin only. The whole journal, newest first.")
     async def admin_runs(

@@ -59,7 +59,7 @@ async def fresh_agent(info: Info, conn: AsyncConnection, agent_id: int) -> Agent
         raise Missing("agent", agent_id)
     info.context.loaders.forget_agent(agent_id)
     info.context.loaders.prime_agent(row)
-    return Agent.from_row(row)
+    return Agent.from_row(row, info.context.loaders)
 
 
 async def owned_agent(

@@ -19,6 +19,7 @@ from agent_engine.api.enums import AgentStatus
 from agent_engine.api.errors import BadUserInput, NotFound
 from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
 from agent_engine.api.ids import decode_cursor
+from agent_engine.api.loaders import Loaders
 from agent_engine.api.pagination import Connection
 from agent_engine.api.resolvers import Info, awaited_later, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
@@ -146,7 +147,7 @@ class Run:
         if row is None:
             # Deleted (hidden or gone) after this run was read: as for any vanished agent.
             raise NotFound("agent", self.row.agent_id)
-        return Agent.from_row(row)
+        return Agent.from_row(row, info.context.loaders)
 
 
 RunConnection = Connection[Run]
@@ -188,12 +189,19 @@ class Agent:
     meta: JSON | None
     created_at: datetime
     updated_at: datetime
+    # The request's loaders: the fields a page prefetches (`relations`) load through them when
+    # they were not, without asking for an `Info` (one per field and agent costs a page more than
+    # the field).
+    loaders: strawberry.Private[Loaders]
     relations: strawberry.Private[AgentRelations | None] = None
 
     @classmethod
-    def from_row(cls, row: AgentRow, relations: AgentRelations | None = None) -> Agent:
+    def from_row(
+        cls, row: AgentRow, loaders: Loaders, relations: AgentRelations | None = None
+    ) -> Agent:
         return cls(
             row=row,
+            loaders=loaders,
             relations=relations,
             id=strawberry.ID(str(row.id)),
             name=row.name,
@@ -216,15 +224,15 @@ class Agent:
         return schedule_from_json(self.row.schedule)
 
     @strawberry.field
-    def model(self, info: Info) -> AgentModel | None:
+    def model(self) -> AgentModel | None:
         if self.relations is not None:
             return self.relations.model
-        return awaited_later(self._load_model(info))
+        return awaited_later(self._load_model())
 
-    async def _load_model(self, info: Info) -> AgentModel | None:
+    async def _load_model(self) -> AgentModel | None:
         if self.row.model_id is None:
             return None
-        row = await info.context.loaders.model.load(self.row.model_id)
+        row = await self.loaders.model.load(self.row.model_id)
         return AgentModel.from_row(row) if row else None
 
     @strawberry.field
@@ -272,13 +280,13 @@ class Agent:
             "(agentsAllowed = false)."
         )
     )
-    def tools(self, info: Info) -> list[Tool]:
+    def tools(self) -> list[Tool]:
         if self.relations is not None:
             return self.relations.tools
-        return awaited_later(self._load_tools(info))
+        return awaited_later(self._load_tools())
 
-    async def _load_tools(self, info: Info) -> list[Tool]:
-        rows = await info.context.loaders.tools_of_agent.load(self.row.id)
+    async def _load_tools(self) -> list[Tool]:
+        rows = await self.loaders.tools_of_agent.load(self.row.id)
         return [Tool.from_row(r) for r in rows]
 
     @described(
@@ -290,18 +298,18 @@ class Agent:
         return [Tool.from_row(r) for r in rows]
 
     @described(description="The unfinished (queued or running) run, if any.")
-    def active_run(self, info: Info) -> Run | None:
+    def active_run(self) -> Run | None:
         if self.relations is not None:
             row = self.relations.active_run
             return self._run(row) if row else None
-        return awaited_later(self._load_run(info.context.loaders.active_run))
+        return awaited_later(self._load_run(self.loaders.active_run))
 
     @described(description="The newest finished run (succeeded, failed or skipped).")
-    def last_run(self, info: Info) -> Run | None:
+    def last_run(self) -> Run | None:
         if self.relations is not None:
             row = self.relations.last_run
             return self._run(row) if row else None
-        return awaited_later(self._load_run(info.context.loaders.last_run))
+        return awaited_later(self._load_run(self.loaders.last_run))
 
     @described(
         description=(
@@ -478,7 +486,7 @@ class ToolApproval:
         row = await info.context.loaders.agent.load(self.row.agent_id)
         if row is None:
             raise NotFound("agent", self.row.agent_id)
-        return Agent.from_row(row)
+        return Agent.from_row(row, info.context.loaders)
 
     @strawberry.field
     async def tool(self, info: Info) -> Tool:

@@ -28,7 +28,7 @@ class Viewer:
         for row in rows:
             loaders.prime_agent(row)
         if not rows or not PREFETCHED_AGENT_FIELDS & _selected_names(info.selected_fields):
-            return [Agent.from_row(r) for r in rows]
+            return [Agent.from_row(r, loaders) for r in rows]
         # The whole page's relations at once, one statement each, so the per-agent fields need
         # no awaiting (see `awaited_later`).
         ids = [r.id for r in rows]
@@ -39,6 +39,7 @@ class Viewer:
         return [
             Agent.from_row(
                 row,
+                loaders,
                 AgentRelations(
                     model=models.get(row.model_id) if row.model_id is not None else None,
                     tools=[
