@@ -211,6 +211,20 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         """`collect_and_execute_subfields` for an object a direct resolver returned: its
         selection's steps looked up once per object, not collected, executed and stepped."""
+        steps = self._object_selection(object_type, details, position_context)
+        if steps is None:
+            return self.collect_and_execute_subfields(
+                object_type, details, path, source, position_context
+            )
+        return self._execute_steps(object_type, source, path, steps, None)
+
+    def _object_selection(
+        self, object_type: GraphQLObjectType, details: Any, position_context: Any
+    ) -> tuple[_Step, ...] | None:
+        """The steps of the selection `details` on an object of `object_type`; None where
+        graphql-core's own path must take it (deferred fragments, no shortcut)."""
+        if position_context is not None:
+            return None
         cache = self._object_steps
         if cache is None:
             cache = self._object_steps = {}
@@ -221,12 +235,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             # Deferred fragments take graphql-core's incremental path.
             steps = None if new_defer_usages else self._steps(object_type, grouped)
             cached = cache[key] = (details, steps)
-        steps = cached[1]
-        if steps is None or position_context is not None:
-            return self.collect_and_execute_subfields(
-                object_type, details, path, source, position_context
-            )
-        return self._execute_steps(object_type, source, path, steps, None)
+        return cached[1]
 
     def _execute_steps(
         self,
@@ -399,14 +408,19 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                 return Undefined
         object_type = cast(GraphQLObjectType, plan.object_type)
         item_type = cast(GraphQLOutputType, plan.item_type)
+        # The items share their selection: its steps are looked up once for the list.
+        steps = self._object_selection(object_type, details, position_context)
         completed: list[Any] = []
         awaitable_indices: list[int] = []
         for index, item in enumerate(items):
             item_path = path.add_key(index, None)
             try:
-                value = self._execute_object(
-                    object_type, details, item_path, item, position_context
-                )
+                if steps is None:
+                    value = self.collect_and_execute_subfields(
+                        object_type, details, item_path, item, position_context
+                    )
+                else:
+                    value = self._execute_steps(object_type, item, item_path, steps, None)
             except Exception as raw_error:
                 self.handle_field_error(raw_error, item_type, details, item_path)
                 value = None
