@@ -201,8 +201,10 @@ class Loaders:
         tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
         for agent_id, tool in await self._fetch(catalog.tools_of_agents, agent_ids):
             tools[agent_id].append(tool)
-        active = {r.agent_id: r for r in await self._fetch(runs_db.active_runs, agent_ids)}
-        last = {r.agent_id: r for r in await self._fetch(runs_db.last_finished_runs, agent_ids)}
+        async with self.connection() as conn:
+            active_runs, last_runs = await runs_db.active_and_last_runs(conn, agent_ids)
+        active = {r.agent_id: r for r in active_runs}
+        last = {r.agent_id: r for r in last_runs}
         return PageRelations(models, tools, active, last)
 
     def prime_agent(self, row: AgentRow) -> None:

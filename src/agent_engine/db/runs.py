@@ -409,6 +409,9 @@ ACTIVE_RUNS = text(
     "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
     f" AND state IN ({_states_sql(UNFINISHED_STATES)})"
 )
+# Both for a page of agents in one round trip (a run's state tells which it is: the two sets of
+# states do not meet).
+ACTIVE_AND_LAST_RUNS = text(f"{ACTIVE_RUNS.text} UNION ALL {LAST_FINISHED_RUNS.text}")
 # A journal page per agent: every `Agent.runs` of a request with the same arguments in one
 # statement (an index probe per agent on ix_agent_runs_journal), not one statement per agent.
 _RUN_PAGES = (
@@ -438,6 +441,18 @@ async def last_finished_runs(conn: AsyncConnection, agent_ids: Sequence[int]) ->
 async def active_runs(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[RunRow]:
     """Each agent's unfinished run, if any."""
     return await _runs(conn, ACTIVE_RUNS, agent_ids)
+
+
+async def active_and_last_runs(
+    conn: AsyncConnection, agent_ids: Sequence[int]
+) -> tuple[list[RunRow], list[RunRow]]:
+    """`active_runs` and `last_finished_runs` of the same agents, in one statement."""
+    active: list[RunRow] = []
+    last: list[RunRow] = []
+    unfinished = {str(state) for state in UNFINISHED_STATES}
+    for row in await _runs(conn, ACTIVE_AND_LAST_RUNS, agent_ids):
+        (active if row.state in unfinished else last).append(row)
+    return active, last
 
 
 async def run_pages(

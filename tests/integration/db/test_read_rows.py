@@ -126,6 +126,9 @@ async def test_the_statements_that_read_by_position(
         assert last[agent_ids[1]].error == "model said no"
         active = await runs_db.active_runs(conn, agent_ids)
         assert [(r.agent_id, r.state) for r in active] == [(agent_ids[0], "running")]
+        # The page's one statement for both: the same rows, told apart by their state.
+        both = await runs_db.active_and_last_runs(conn, agent_ids)
+        assert both == (active, await runs_db.last_finished_runs(conn, agent_ids))
 
         # A column the class lacks, kept beside it; a field without a column takes its default.
         partial = await conn.execute(
@@ -168,6 +171,7 @@ async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
         (_spent, [owner]),
         (_settings, []),
         (_user, [owner]),
+        (runs_db.active_and_last_runs, agent_ids),
         (_user, [999_999]),  # nobody
     ]
     await factories.setting("agent_weekly_token_cap", 1000)
