@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import alerts as alerts_sql
 from agent_engine.db.alerts import BudgetAlertRow
+from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.db.spend import spent_tokens
 from agent_engine.domain.budget import BudgetWindow, thresholds_reached, week_window
@@ -74,8 +75,7 @@ async def record_alerts_after_finish(
                 if turn.covered >= mine:
                     return []  # a check that started after this finish committed has run
                 upto = turn.registered
-                async with engine.connect() as conn:
-                    conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                async with autocommit(engine) as conn:
                     alerts = await record_crossed_thresholds(
                         conn, owner_id, now=now, window=window, platform=settings
                     )

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.approvals import Decided
+from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
@@ -88,8 +89,7 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
     seen = seen_platform.seen()
     if seen is None:
         return None
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with autocommit(engine) as conn:
         row = (
             await conn.execute(
                 runs_sql.CLAIM_AT_ONCE,

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import runs as runs_sql
+from agent_engine.db.lane import autocommit
 from agent_engine.db.run_steps import NO_PENDING
 from agent_engine.domain.runs import RunReason, RunState
 from agent_engine.runs import steps
@@ -175,8 +176,7 @@ async def _autocommit(
     """
     for attempt in range(1, SINGLE_WRITE_ATTEMPTS + 1):
         try:
-            async with engine.connect() as conn:
-                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            async with autocommit(engine) as conn:
                 return read(await conn.execute(statement, params))
         except DBAPIError as exc:
             if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:

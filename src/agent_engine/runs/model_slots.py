@@ -31,6 +31,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import model_slots as slots_sql
+from agent_engine.db.lane import autocommit
 from agent_engine.runs.request import Enqueue, send_after_commit
 
 
@@ -104,8 +105,7 @@ async def wake_after_limit_change(
 async def _send_waiting(
     engine: AsyncEngine, statement: TextClause, model_id: int, enqueue: Enqueue
 ) -> list[int]:
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with autocommit(engine) as conn:
         result = await conn.execute(statement, {"model_id": model_id})
         waiting = [int(row.id) for row in result]
     await send_after_commit(enqueue, waiting)

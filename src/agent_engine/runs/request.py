@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import runs as runs_sql
+from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.gate import AgentNotStartable, closed_lock
 from agent_engine.domain.runs import RunState, RunTrigger
@@ -113,8 +114,7 @@ async def _request_at_once(
     """The queued row, inserted in one statement; None when the transaction must decide. Raises
     as the transaction does for a missing agent or a closed gate (nothing is written then)."""
     seen = seen_platform.seen()
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with autocommit(engine) as conn:
         result = (
             await conn.execute(
                 runs_sql.REQUEST_AT_ONCE,

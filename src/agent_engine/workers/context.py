@@ -12,6 +12,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.engine import create_engine
+from agent_engine.db.lane import close_lane, open_lane
 from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.request import Enqueue
@@ -57,6 +58,8 @@ class WorkerContext:
             # and closed again around nearly every claim and finish (a new session, TLS attempt
             # and statement preparation each time).
             self._engine = create_engine(self.settings, pre_ping=False, keep_connections=True)
+            # A run's one-statement writes on kept autocommit connections (db/lane.py).
+            open_lane(self._engine)
         return self._engine
 
     @property
@@ -135,4 +138,5 @@ class WorkerContext:
             await runtime.aclose()
         if self._engine is not None:
             engine, self._engine = self._engine, None
+            await close_lane(engine)
             await engine.dispose()
