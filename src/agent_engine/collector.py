@@ -1,5 +1,5 @@
-"""The garbage-collector settings of the api and worker processes, and `weakly`, which keeps a
-request's objects out of reference cycles."""
+"""The garbage-collector settings of the api and worker processes, and `weakly`, which keeps an
+object that holds its own methods out of a reference cycle."""
 
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ def tune_gc() -> None:
 def weakly(method: Callable[P, R]) -> Callable[P, R]:
     """A bound method that does not keep its object alive.
 
-    An object that stores its own bound methods (a DataLoader's load function, graphql-core's
-    resolve-info helpers) is a reference cycle, and everything it holds — a request's loaders,
-    their cached rows — is then freed by the collector instead of by reference counting. Each
-    page left ~570 such objects, and the young generation's collections cost ~0.7 ms per page
-    (bench/README, "CPU per unit of work"). Called after its object is gone, it raises
+    An object that stores its own bound methods (graphql-core's executor keeps two in its
+    resolve-info helpers) is a reference cycle, and everything it holds — a request's context,
+    its loaders, their cached rows — is then freed by the collector instead of by reference
+    counting. A page left ~570 such objects, and the young generation's collections cost ~0.7 ms
+    per page (bench/README, "CPU per unit of work"). Called after its object is gone, it raises
     ReferenceError.
     """
     ref = weakref.WeakMethod(method)

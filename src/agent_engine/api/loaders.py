@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 
-from agent_engine.collector import weakly
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db import catalog, deliveries, run_steps
@@ -70,124 +69,117 @@ class PageRelations:
 
 class Loaders:
     def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
-        self._engine = engine
-        self._now = now
-        self._platform: asyncio.Task[PlatformSettings] | None = None
-        self._conn: AsyncConnection | None = None
-        self._turn = asyncio.Lock()
-        self._users = 0
-        self._release_timer: asyncio.TimerHandle | None = None
-        self._releasing: asyncio.Task[None] | None = None
+        self._reads = _Reads(engine, now=now)
         # Agents a page already read, until (if ever) `agent` is asked for.
         self._primed_agents: dict[int, AgentRow] = {}
 
-    # Each loader is made when first asked for (a request uses a few of them), and calls back
-    # `weakly`, so a request's loaders and their cached rows are freed when the request ends.
+    # Each loader is made when first asked for (a request uses a few of them). Their load
+    # functions belong to `_Reads`, which knows nothing of the loaders: no reference cycle, so a
+    # request's loaders and their cached rows are freed when the request ends, not by the
+    # garbage collector.
 
     @functools.cached_property
     def agent(self) -> DataLoader[int, AgentRow | None]:
-        loader = self._by_key(agents_db.live_agents_by_id, lambda row: row.id)
+        loader = self._reads.by_key(agents_db.live_agents_by_id, lambda row: row.id)
         loader.prime_many(self._primed_agents, force=True)
         self._primed_agents.clear()
         return loader
 
     @functools.cached_property
     def user(self) -> DataLoader[int, UserRow | None]:
-        return self._by_key(users_db.users_by_id, lambda row: row.id)
+        return self._reads.by_key(users_db.users_by_id, lambda row: row.id)
 
     @functools.cached_property
     def model(self) -> DataLoader[int, AgentModelRow | None]:
-        return self._by_key(catalog.models_by_id, lambda row: row.id)
+        return self._reads.by_key(catalog.models_by_id, lambda row: row.id)
 
     @functools.cached_property
     def run(self) -> DataLoader[int, RunRow | None]:
-        return self._by_key(runs_db.runs_by_id, lambda row: row.id)
+        return self._reads.by_key(runs_db.runs_by_id, lambda row: row.id)
 
     @functools.cached_property
     def last_run(self) -> DataLoader[int, RunRow | None]:
-        return self._by_key(runs_db.last_finished_runs, lambda row: row.agent_id)
+        return self._reads.by_key(runs_db.last_finished_runs, lambda row: row.agent_id)
 
     @functools.cached_property
     def active_run(self) -> DataLoader[int, RunRow | None]:
-        return self._by_key(runs_db.active_runs, lambda row: row.agent_id)
+        return self._reads.by_key(runs_db.active_runs, lambda row: row.agent_id)
 
     @functools.cached_property
     def tools_of_agent(self) -> DataLoader[int, list[ToolRow]]:
-        return self._grouped(catalog.tools_of_agents)
+        return self._reads.grouped(catalog.tools_of_agents)
 
     @functools.cached_property
     def tool(self) -> DataLoader[int, ToolRow | None]:
-        return self._by_key(catalog.tools_by_id, lambda row: row.id)
+        return self._reads.by_key(catalog.tools_by_id, lambda row: row.id)
 
     @functools.cached_property
     def auto_approved_of_agent(self) -> DataLoader[int, list[ToolRow]]:
-        return self._grouped(catalog.auto_approved_of_agents)
+        return self._reads.grouped(catalog.auto_approved_of_agents)
 
     # Approvals: the one a run is parked on, and every one of a run (its steps').
 
     @functools.cached_property
     def pending_approval(self) -> DataLoader[int, ApprovalRow | None]:
-        return self._by_key(approvals_db.pending_of_runs, lambda row: row.run_id)
+        return self._reads.by_key(approvals_db.pending_of_runs, lambda row: row.run_id)
 
     @functools.cached_property
     def approvals_of_run(self) -> DataLoader[int, list[ApprovalRow]]:
-        return self._grouped(_keyed(approvals_db.approvals_of_runs, lambda row: row.run_id))
+        return self._reads.grouped(_keyed(approvals_db.approvals_of_runs, lambda row: row.run_id))
 
     # MCP sources of tools, and the tools of sources.
 
     @functools.cached_property
     def tool_source(self) -> DataLoader[int, ToolSourceRow | None]:
-        return self._by_key(tool_sources_db.sources_by_id, lambda row: row.id)
+        return self._reads.by_key(tool_sources_db.sources_by_id, lambda row: row.id)
 
     @functools.cached_property
     def tools_of_source(self) -> DataLoader[int, list[ToolRow]]:
-        return self._grouped(_keyed(catalog.tools_of_sources, lambda row: row.source_id or 0))
+        return self._reads.grouped(_keyed(catalog.tools_of_sources, lambda row: row.source_id or 0))
 
     @functools.cached_property
     def budget(self) -> DataLoader[int, Budget]:
-        return DataLoader(load_fn=weakly(self._load_budgets))
+        return DataLoader(load_fn=self._reads.load_budgets)
 
     # The transcript and deliveries of a page of runs, one statement each.
 
     @functools.cached_property
     def steps_of_run(self) -> DataLoader[int, list[StepRow]]:
-        return self._grouped(_keyed(run_steps.steps_of_runs, lambda row: row.run_id))
+        return self._reads.grouped(_keyed(run_steps.steps_of_runs, lambda row: row.run_id))
 
     @functools.cached_property
     def deliveries_of_run(self) -> DataLoader[int, list[RunDeliveryRow]]:
-        return self._grouped(_keyed(deliveries.deliveries_of_runs, lambda row: row.run_id))
+        return self._reads.grouped(_keyed(deliveries.deliveries_of_runs, lambda row: row.run_id))
 
     @functools.cached_property
     def targets_of_agent(self) -> DataLoader[int, list[DeliveryTargetRow]]:
-        return self._grouped(deliveries.targets_of_agents)
+        return self._reads.grouped(deliveries.targets_of_agents)
 
     @functools.cached_property
     def agents_of_owner(self) -> DataLoader[int, list[AgentRow]]:
-        return self._grouped(_keyed(agents_db.live_agents_of_owners, lambda row: row.user_id))
+        return self._reads.grouped(_keyed(agents_db.live_agents_of_owners, lambda row: row.user_id))
 
     @functools.cached_property
     def run_page(self) -> DataLoader[RunPageKey, list[RunRow]]:
-        return DataLoader(load_fn=weakly(self._load_run_pages))
+        return DataLoader(load_fn=self._reads.load_run_pages)
 
     # Spend: the week's cost per owner, each agent's pace, this week's alerts.
 
     @functools.cached_property
     def budget_cost(self) -> DataLoader[int, Decimal | None]:
-        return DataLoader(load_fn=weakly(self._load_budget_costs))
+        return DataLoader(load_fn=self._reads.load_budget_costs)
 
     @functools.cached_property
     def expected_tokens(self) -> DataLoader[int, int | None]:
-        return DataLoader(load_fn=weakly(self._load_expected_tokens))
+        return DataLoader(load_fn=self._reads.load_expected_tokens)
 
     @functools.cached_property
     def alerts_this_week(self) -> DataLoader[int, list[BudgetAlertRow]]:
-        return DataLoader(load_fn=weakly(self._load_alerts_this_week))
+        return DataLoader(load_fn=self._reads.load_alerts_this_week)
 
     async def platform(self) -> PlatformSettings:
         """Platform settings, read once per request."""
-        if self._platform is None:
-            self._platform = asyncio.ensure_future(self._load_platform())
-        return await asyncio.shield(self._platform)
+        return await self._reads.platform()
 
     async def page_relations(
         self, agent_ids: Sequence[int], model_ids: Sequence[int]
@@ -197,12 +189,12 @@ class Loaders:
         The same statements as the per-agent loaders, called directly: a page asks for all of
         its keys at once, so a future per key and agent (DataLoader) would only cost CPU.
         """
-        models = {r.id: r for r in await self._fetch(catalog.models_by_id, model_ids)}
+        reads = self._reads
+        models = {r.id: r for r in await reads.fetch(catalog.models_by_id, model_ids)}
         tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
-        for agent_id, tool in await self._fetch(catalog.tools_of_agents, agent_ids):
+        for agent_id, tool in await reads.fetch(catalog.tools_of_agents, agent_ids):
             tools[agent_id].append(tool)
-        async with self.connection() as conn:
-            active_runs, last_runs = await runs_db.active_and_last_runs(conn, agent_ids)
+        active_runs, last_runs = await reads.fetch_both(runs_db.active_and_last_runs, agent_ids)
         active = {r.agent_id: r for r in active_runs}
         last = {r.agent_id: r for r in last_runs}
         return PageRelations(models, tools, active, last)
@@ -226,6 +218,34 @@ class Loaders:
 
     async def release(self) -> None:
         """Return the shared connection to the pool now (the end of a request)."""
+        await self._reads.release()
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """The request's shared autocommit connection, by turns (also for the viewer's lookup,
+        so a request checks out one pooled connection, not two)."""
+        return self._reads.connection()
+
+
+class _Reads:
+    """A request's reads: its shared connection, its platform settings and the load functions of
+    its DataLoaders (which hold these, never the `Loaders`)."""
+
+    def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
+        self._engine = engine
+        self._now = now
+        self._platform: asyncio.Task[PlatformSettings] | None = None
+        self._conn: AsyncConnection | None = None
+        self._turn = asyncio.Lock()
+        self._users = 0
+        self._release_timer: asyncio.TimerHandle | None = None
+        self._releasing: asyncio.Task[None] | None = None
+
+    async def platform(self) -> PlatformSettings:
+        if self._platform is None:
+            self._platform = asyncio.ensure_future(self._load_platform())
+        return await asyncio.shield(self._platform)
+
+    async def release(self) -> None:
         if self._release_timer is not None:
             self._release_timer.cancel()
             self._release_timer = None
@@ -234,8 +254,6 @@ class Loaders:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """The request's shared autocommit connection, by turns (also for the viewer's lookup,
-        so a request checks out one pooled connection, not two)."""
         self._users += 1
         if self._release_timer is not None:
             self._release_timer.cancel()
@@ -272,27 +290,35 @@ class Loaders:
         async with self.connection() as conn:
             return await load_platform_settings(conn)
 
-    def _by_key(self, fetch: Fetch[T], key: Callable[[T], int]) -> DataLoader[int, T | None]:
-        fetch_rows = weakly(self._fetch)
+    async def fetch(self, fetch: Fetch[T], ids: Sequence[int]) -> list[T]:
+        async with self.connection() as conn:
+            return await fetch(conn, ids)
 
+    async def fetch_both(
+        self,
+        fetch: Callable[[AsyncConnection, Sequence[int]], Awaitable[tuple[T, T]]],
+        ids: Sequence[int],
+    ) -> tuple[T, T]:
+        async with self.connection() as conn:
+            return await fetch(conn, ids)
+
+    def by_key(self, fetch: Fetch[T], key: Callable[[T], int]) -> DataLoader[int, T | None]:
         async def load(ids: Sequence[int]) -> list[T | None]:
-            found = {key(row): row for row in await fetch_rows(fetch, ids)}
+            found = {key(row): row for row in await self.fetch(fetch, ids)}
             return [found.get(i) for i in ids]
 
         return DataLoader(load_fn=load)
 
-    def _grouped(self, fetch: Fetch[tuple[int, T]]) -> DataLoader[int, list[T]]:
-        fetch_rows = weakly(self._fetch)
-
+    def grouped(self, fetch: Fetch[tuple[int, T]]) -> DataLoader[int, list[T]]:
         async def load(ids: Sequence[int]) -> list[list[T]]:
             grouped: dict[int, list[T]] = {i: [] for i in ids}
-            for owner, row in await fetch_rows(fetch, ids):
+            for owner, row in await self.fetch(fetch, ids):
                 grouped[owner].append(row)
             return [grouped[i] for i in ids]
 
         return DataLoader(load_fn=load)
 
-    async def _load_run_pages(self, keys: Sequence[RunPageKey]) -> list[list[RunRow]]:
+    async def load_run_pages(self, keys: Sequence[RunPageKey]) -> list[list[RunRow]]:
         groups: dict[tuple[int, int | None, tuple[str, ...] | None], list[int]] = {}
         for agent_id, limit, after, states in keys:
             groups.setdefault((limit, after, states), []).append(agent_id)
@@ -308,34 +334,30 @@ class Loaders:
                 pages[(row.agent_id, limit, after, states)].append(row)
         return [pages[key] for key in keys]
 
-    async def _load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
+    async def load_budgets(self, owner_ids: Sequence[int]) -> list[Budget]:
         platform = await self.platform()
         async with self.connection() as conn:
             budgets = await owners_budgets(conn, list(owner_ids), now=self._now, platform=platform)
         return [budgets[i] for i in owner_ids]
 
-    async def _load_budget_costs(self, owner_ids: Sequence[int]) -> list[Decimal | None]:
+    async def load_budget_costs(self, owner_ids: Sequence[int]) -> list[Decimal | None]:
         platform = await self.platform()
         window = week_window(self._now, platform.zone)
         async with self.connection() as conn:
             costs = await spent_costs(conn, list(owner_ids), window=window)
         return [costs[i] for i in owner_ids]
 
-    async def _load_expected_tokens(self, agent_ids: Sequence[int]) -> list[int | None]:
+    async def load_expected_tokens(self, agent_ids: Sequence[int]) -> list[int | None]:
         async with self.connection() as conn:
             recent = await recent_tokens(conn, list(agent_ids))
         return [expected_tokens_per_run(recent.get(i, [])) for i in agent_ids]
 
-    async def _load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlertRow]]:
+    async def load_alerts_this_week(self, owner_ids: Sequence[int]) -> list[list[BudgetAlertRow]]:
         platform = await self.platform()
         window = week_window(self._now, platform.zone)
         async with self.connection() as conn:
             alerts = await alerts_of_owners(conn, list(owner_ids), window_start=window.start)
         return [alerts.get(i, []) for i in owner_ids]
-
-    async def _fetch(self, fetch: Fetch[T], ids: Sequence[int]) -> list[T]:
-        async with self.connection() as conn:
-            return await fetch(conn, ids)
 
 
 def _keyed(fetch: Fetch[T], key: Callable[[T], int]) -> Fetch[tuple[int, T]]:
