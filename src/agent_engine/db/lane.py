@@ -23,9 +23,10 @@ from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-# Connections a lane keeps. A claim, finish or sum holds one for a round trip (~1-3 ms): four
-# serve well over a thousand statements a second, and leave the rest of the pool to everything
-# else.
+# Connections a lane keeps unless told (a worker's is as large as its pool size: half of the
+# connections its engine keeps open). With four, the full stampede (1,000 runs in flight, and a
+# claim's and an alert's budget sum over a week of 10,000 runs) queued on the lane: 89 s against
+# 82 s without it, and more CPU per run.
 LANE_SIZE = 4
 
 

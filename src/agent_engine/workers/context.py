@@ -58,8 +58,9 @@ class WorkerContext:
             # and closed again around nearly every claim and finish (a new session, TLS attempt
             # and statement preparation each time).
             self._engine = create_engine(self.settings, pre_ping=False, keep_connections=True)
-            # A run's one-statement writes on kept autocommit connections (db/lane.py).
-            open_lane(self._engine)
+            # A run's one-statement writes on kept autocommit connections (db/lane.py): as many
+            # as the pool's size, half of the connections the engine keeps open.
+            open_lane(self._engine, size=self.settings.db_pool_size)
         return self._engine
 
     @property
