@@ -125,6 +125,24 @@ async def test_a_key_rotation_needs_no_restart(settings: Settings, idp: Identity
         assert f"no signing key with kid '{old}'" in message
 
 
+async def test_a_token_answered_from_memory_is_checked_again_once_its_key_is_withdrawn(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    """The api keeps tokens it verified lately; the same token, signed with a key the provider
+    has since withdrawn, is refused once the api holds the new key set."""
+    old = idp.add_key("RS256")
+    token = idp.sign(old, _claims())
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        for _ in range(2):  # the second from memory
+            assert (await _ask(server, token))["data"]["viewer"] is not None
+        new = idp.add_key("ES256")
+        idp.remove_key(old)
+        # A token with the new kid makes the api fetch the set: the old key is gone from it.
+        assert (await _ask(server, idp.sign(new, _claims())))["data"]["viewer"] is not None
+        message = _refused(await _ask(server, token))
+        assert f"no signing key with kid '{old}'" in message
+
+
 async def test_many_requests_with_a_new_key_fetch_the_set_once(
     settings: Settings, idp: IdentityProvider
 ) -> None:
