@@ -194,7 +194,8 @@ class Loaders:
         tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
         for agent_id, tool in await reads.fetch(catalog.tools_of_agents, agent_ids):
             tools[agent_id].append(tool)
-        active_runs, last_runs = await reads.fetch_both(runs_db.active_and_last_runs, agent_ids)
+        async with reads.connection() as conn:
+            active_runs, last_runs = await runs_db.active_and_last_runs(conn, agent_ids)
         active = {r.agent_id: r for r in active_runs}
         last = {r.agent_id: r for r in last_runs}
         return PageRelations(models, tools, active, last)
@@ -291,14 +292,6 @@ class _Reads:
             return await load_platform_settings(conn)
 
     async def fetch(self, fetch: Fetch[T], ids: Sequence[int]) -> list[T]:
-        async with self.connection() as conn:
-            return await fetch(conn, ids)
-
-    async def fetch_both(
-        self,
-        fetch: Callable[[AsyncConnection, Sequence[int]], Awaitable[tuple[T, T]]],
-        ids: Sequence[int],
-    ) -> tuple[T, T]:
         async with self.connection() as conn:
             return await fetch(conn, ids)
 

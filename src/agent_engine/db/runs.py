@@ -409,6 +409,7 @@ ACTIVE_RUNS = text(
     "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
     f" AND state IN ({_states_sql(UNFINISHED_STATES)})"
 )
+_UNFINISHED = frozenset(str(state) for state in UNFINISHED_STATES)
 # Both for a page of agents in one round trip (a run's state tells which it is: the two sets of
 # states do not meet).
 ACTIVE_AND_LAST_RUNS = text(f"{ACTIVE_RUNS.text} UNION ALL {LAST_FINISHED_RUNS.text}")
@@ -449,9 +450,8 @@ async def active_and_last_runs(
     """`active_runs` and `last_finished_runs` of the same agents, in one statement."""
     active: list[RunRow] = []
     last: list[RunRow] = []
-    unfinished = {str(state) for state in UNFINISHED_STATES}
     for row in await _runs(conn, ACTIVE_AND_LAST_RUNS, agent_ids):
-        (active if row.state in unfinished else last).append(row)
+        (active if row.state in _UNFINISHED else last).append(row)
     return active, last
 
 
