@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_engine.db import direct
 from agent_engine.db.rows import AnyRow, columns, read_rows
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
-from agent_engine.db.spend import WEEK_RUNS_OF_OWNERS
+from agent_engine.db.spend import owner_week_tokens
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
 
 
@@ -106,11 +106,9 @@ def _under_cap(owner: str) -> str:
     """SQL: the owner's week (`:start`/`:end`) is under `:cap` (always, without a cap); `owner`
     names the owner's id in the enclosing statement. The one-statement request and claim."""
     return (
-        "CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE"
-        " (SELECT COALESCE(SUM(r.tokens_used), 0)"
-        + WEEK_RUNS_OF_OWNERS
-        + f" AND a.user_id = {owner}) < CAST(:cap AS bigint)"
-        " END"
+        "CASE WHEN CAST(:cap AS bigint) IS NULL THEN true ELSE "
+        + owner_week_tokens(owner)
+        + " < CAST(:cap AS bigint) END"
     )
 
 
