@@ -25,26 +25,38 @@ WEEK_RUNS_OF_OWNERS = (
 )
 
 
-def owner_week_tokens(owner: str) -> str:
-    """SQL: the tokens of one owner's budget week (`owner` names the owner's id in the enclosing
-    statement): the claim, the one-statement request, the alert after a finish.
+def _owner_week(owner: str, *, per_agent: str, total: str) -> str:
+    """SQL: a sum over one owner's budget week (`owner` names the owner's id in the enclosing
+    statement): `per_agent` sums each agent's runs (`r`) of the week as `w.used`, `total` sums
+    those.
 
     Summed agent by agent, each agent's week one range of `ix_agent_runs_budget (agent_id,
-    finished_at) INCLUDE (tokens_used)`: a probe per agent of the owner, whatever the week holds
-    for everyone else. Written as a join on the week (`WEEK_RUNS_OF_OWNERS`), the planner read
-    this week's finished runs through `finished_at` whenever its statistics predate them (a
+    finished_at) INCLUDE (tokens_used)` (index-only for tokens): a probe per agent of the owner,
+    whatever the week holds for everyone else. Written as a join on the week (`WEEK_RUNS_OF_OWNERS`), the planner read
+    this week's finished runs through `finished_at` whenever its statistics predated them (a
     burst's first hour, before autovacuum's ANALYZE): every run of the week for each sum, twice a
     run, and the full stampede's claims took 100 ms each on a busy server.
     """
     return (
-        "(SELECT COALESCE(SUM(w.used), 0) FROM agents a CROSS JOIN LATERAL"
-        " (SELECT SUM(r.tokens_used) AS used FROM agent_runs r WHERE r.agent_id = a.id"
+        f"(SELECT {total} FROM agents a CROSS JOIN LATERAL"
+        f" (SELECT {per_agent} AS used FROM agent_runs r WHERE r.agent_id = a.id"
         " AND r.finished_at >= :start AND r.finished_at < :end) w"
         f" WHERE a.user_id = {owner})"
     )
 
 
+def owner_week_tokens(owner: str) -> str:
+    """SQL: the tokens of one owner's budget week (`owner` names the owner's id in the enclosing
+    statement): the claim, the one-statement request, the alert after a finish, a page's budget."""
+    return _owner_week(owner, per_agent="SUM(r.tokens_used)", total="COALESCE(SUM(w.used), 0)")
+
+
 _SPENT_OF_OWNER_SQL = text("SELECT " + owner_week_tokens("CAST(:owner_id AS bigint)"))
+# SUM ignores NULLs: NULL when none of the week's runs was priced.
+_COST_OF_OWNER_SQL = text(
+    "SELECT "
+    + _owner_week("CAST(:owner_id AS bigint)", per_agent="SUM(r.cost)", total="SUM(w.used)")
+)
 
 _SPENT_BY_OWNER_SQL = text(
     "SELECT a.user_id, COALESCE(SUM(r.tokens_used), 0) AS used"
@@ -128,6 +140,15 @@ async def spent_costs(
     """The week's cost per owner; None for owners with no priced run in the window."""
     if not owner_ids:
         return {}
+    if len(owner_ids) == 1:
+        (owner_id,) = owner_ids
+        cost = (
+            await conn.execute(
+                _COST_OF_OWNER_SQL,
+                {"owner_id": owner_id, "start": window.start, "end": window.end},
+            )
+        ).scalar_one()
+        return {owner_id: cost}
     rows = await conn.execute(
         _COST_BY_OWNER_SQL,
         {"owner_ids": list(owner_ids), "start": window.start, "end": window.end},

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db.spend import owner_week_tokens, spent_tokens
+from agent_engine.db.spend import owner_week_tokens, spent_costs, spent_tokens
 from agent_engine.domain.budget import BudgetWindow
 from tests.support.factories import Factories
 
@@ -69,12 +70,27 @@ async def test_one_owners_week_equals_the_many_owners_sum(
     # A deleted agent's runs still count in its owner's week.
     gone = await factories.agent(owner["id"], name="gone", enabled=False, deleted_at=NOW)
     await _finished_runs(engine, [gone["id"]], per_agent=1)
+    # Priced runs: two of the owner's agents in the week, one before it.
+    for agent, cost, finished in (
+        (mine[0], "0.25", NOW),
+        (gone, "0.50", NOW),
+        (mine[1], "7", WEEK.start - timedelta(days=1)),
+    ):
+        await factories.run(
+            agent["id"], state="succeeded", tokens_used=0, cost=Decimal(cost), finished_at=finished
+        )
 
     async with engine.connect() as conn:
         alone = {
             o["id"]: await spent_tokens(conn, [o["id"]], window=WEEK) for o in (owner, other, idle)
         }
         together = await spent_tokens(conn, [owner["id"], other["id"], idle["id"]], window=WEEK)
+        costs_alone = {
+            o["id"]: await spent_costs(conn, [o["id"]], window=WEEK) for o in (owner, other, idle)
+        }
+        costs_together = await spent_costs(
+            conn, [owner["id"], other["id"], idle["id"]], window=WEEK
+        )
 
     assert alone == {
         owner["id"]: {owner["id"]: 130},
@@ -84,6 +100,9 @@ async def test_one_owners_week_equals_the_many_owners_sum(
     assert together.get(owner["id"], 0) == 130
     assert together.get(other["id"], 0) == 50
     assert together.get(idle["id"], 0) == 0
+    # No priced run in the week: None, not 0.
+    assert costs_together == {owner["id"]: Decimal("0.75"), other["id"]: None, idle["id"]: None}
+    assert costs_alone == {o: {o: cost} for o, cost in costs_together.items()}
 
 
 async def test_one_owners_week_reads_only_that_owners_runs_with_stale_statistics(
