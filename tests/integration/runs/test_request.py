@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -204,3 +205,64 @@ async def test_a_failed_send_keeps_the_committed_run_for_the_reaper(
 
     assert row.state == "queued"
     assert [r["state"] for r in await journal(engine, agent["id"])] == ["queued"]
+
+
+class _SlowBroker:
+    """An `Enqueue` with `many`, as the Redis sender: each send takes a broker round trip's time
+    (in the sender thread), and every call is recorded with the ids it carried."""
+
+    def __init__(self, seconds: float, *, fail_first: bool = False) -> None:
+        self.seconds = seconds
+        self.calls: list[list[int]] = []
+        self.fail_first = fail_first
+
+    def __call__(self, run_id: int) -> None:
+        self.many([run_id])
+
+    def many(self, run_ids: list[int]) -> None:
+        time.sleep(self.seconds)
+        self.calls.append(list(run_ids))
+        if self.fail_first:
+            self.fail_first = False
+            raise ConnectionError("broker unreachable")
+
+
+async def test_simultaneous_starts_share_sends_and_each_returns_once_its_message_is_taken(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    agents = [await factories.agent() for _ in range(30)]
+    broker = _SlowBroker(0.05)
+    taken_when_returned: dict[int, bool] = {}
+
+    async def start(agent_id: int) -> int:
+        row = await request_run(
+            engine, agent_id, trigger=RunTrigger.MANUAL, now=NOW, enqueue=broker
+        )
+        taken_when_returned[row.id] = any(row.id in call for call in broker.calls)
+        return row.id
+
+    run_ids = await asyncio.gather(*(start(a["id"]) for a in agents))
+
+    sent = [run_id for call in broker.calls for run_id in call]
+    assert sorted(sent) == sorted(run_ids)  # each message once
+    assert all(taken_when_returned.values())
+    # While one send is in flight, the starts committed meanwhile wait and go out together.
+    assert len(broker.calls) < len(run_ids), broker.calls
+
+
+async def test_a_failed_shared_send_leaves_its_runs_queued_and_the_next_start_sends(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    first, second = await factories.agent(), await factories.agent()
+    broker = _SlowBroker(0.0, fail_first=True)
+
+    lost = await request_run(
+        engine, first["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=broker
+    )
+    sent = await request_run(
+        engine, second["id"], trigger=RunTrigger.MANUAL, now=NOW, enqueue=broker
+    )
+
+    assert (lost.state, sent.state) == ("queued", "queued")
+    assert broker.calls == [[lost.id], [sent.id]]  # the failure did not stop the sender
+    assert [r["state"] for r in await journal(engine, first["id"])] == ["queued"]
