@@ -32,10 +32,11 @@ def _owner_week(owner: str, *, per_agent: str, total: str) -> str:
 
     Summed agent by agent, each agent's week one range of `ix_agent_runs_budget (agent_id,
     finished_at) INCLUDE (tokens_used)` (index-only for tokens): a probe per agent of the owner,
-    whatever the week holds for everyone else. Written as a join on the week (`WEEK_RUNS_OF_OWNERS`), the planner read
-    this week's finished runs through `finished_at` whenever its statistics predated them (a
-    burst's first hour, before autovacuum's ANALYZE): every run of the week for each sum, twice a
-    run, and the full stampede's claims took 100 ms each on a busy server.
+    whatever the week holds for everyone else. Written as a join on the week
+    (`WEEK_RUNS_OF_OWNERS`), the planner read this week's finished runs through `finished_at`
+    whenever its statistics predated them (a burst's first hour, before autovacuum's ANALYZE):
+    every run of the week for each sum, twice a run, and the full stampede's claims took 100 ms
+    each on a busy server.
     """
     return (
         f"(SELECT {total} FROM agents a CROSS JOIN LATERAL"
