@@ -72,7 +72,7 @@ from agent_engine.api.sessions import SessionHandler, SessionRegistry, check_roo
 from agent_engine.api.state import State, state_of
 from agent_engine.collector import tune_gc
 from agent_engine.db.engine import create_engine
-from agent_engine.db.users import read_user
+from agent_engine.db.users import read_user_with_platform
 from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runs.request import Enqueue
@@ -120,7 +120,8 @@ async def _authenticate(
         # after the reader went back to the pool.
         if loaders is not None:
             async with loaders.connection() as conn:
-                row = await read_user(conn, claims.user_id)
+                row, platform = await read_user_with_platform(conn, claims.user_id)
+            loaders.prime_platform(platform)
         else:  # a WebSocket: read with the other sockets' checks of the moment
             row = await state["sessions"].read_user(claims.user_id)
         if row is None or needs_provisioning(row, claims):

@@ -181,6 +181,14 @@ class Loaders:
         """Platform settings, read once per request."""
         return await self._reads.platform()
 
+    def prime_platform(self, stored: dict[str, Any]) -> None:
+        """The stored settings (one JSON object) the request read with its viewer."""
+        self._reads.prime_platform(stored)
+
+    def forget_platform(self) -> None:
+        """The request changed the settings (`updatePlatformSettings`)."""
+        self._reads.forget_platform()
+
     async def page_relations(
         self, agent_ids: Sequence[int], model_ids: Sequence[int]
     ) -> PageRelations:
@@ -235,6 +243,7 @@ class _Reads:
         self._engine = engine
         self._now = now
         self._platform: asyncio.Task[PlatformSettings] | None = None
+        self._stored_platform: dict[str, Any] | None = None
         self._conn: AsyncConnection | None = None
         self._turn = asyncio.Lock()
         self._users = 0
@@ -287,7 +296,19 @@ class _Reads:
             with contextlib.suppress(Exception):
                 await conn.close()
 
+    def prime_platform(self, stored: dict[str, Any]) -> None:
+        """The settings as this request already read them (`db.users.read_user_with_platform`),
+        parsed when first asked for."""
+        self._stored_platform = stored
+
+    def forget_platform(self) -> None:
+        """The settings changed in this request: the fields after the change read them again."""
+        self._platform = None
+        self._stored_platform = None
+
     async def _load_platform(self) -> PlatformSettings:
+        if self._stored_platform is not None:
+            return PlatformSettings.from_rows(self._stored_platform)
         async with self.connection() as conn:
             return await load_platform_settings(conn)
 

@@ -29,6 +29,13 @@ RUN_RETENTION_DAYS = "agent_run_retention_days"
 
 DEFAULT_ITERATION_CAP = 8
 
+# What the platform settings are stored as, in one JSON object (`PlatformSettings.from_rows` reads
+# it): the one-statement request and claim compare it with the settings the caller computed its
+# budget week and cap from; a request reads it with its viewer (`db.users`).
+STORED_PLATFORM = (
+    "(SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
+)
+
 
 @dataclass(frozen=True)
 class PlatformSettings:

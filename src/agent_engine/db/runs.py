@@ -17,6 +17,7 @@ from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import direct
+from agent_engine.db.platform import STORED_PLATFORM
 from agent_engine.db.rows import AnyRow, columns, read_rows
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
 from agent_engine.db.spend import owner_week_tokens
@@ -95,12 +96,6 @@ INSERT_QUEUED = text(
     " RETURNING *"
 )
 
-# What the platform settings are stored as, in one JSON object: the one-statement request and
-# claim compare it with the settings the caller computed its budget week and cap from.
-_STORED_PLATFORM = (
-    "(SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}'::jsonb) FROM platform_settings p)"
-)
-
 
 def _under_cap(owner: str) -> str:
     """SQL: the owner's week (`:start`/`:end`) is under `:cap` (always, without a cap); `owner`
@@ -122,7 +117,7 @@ def _under_cap(owner: str) -> str:
 REQUEST_AT_ONCE = text(
     "WITH g AS (SELECT id, user_id, enabled, admin_paused, model_id FROM agents"
     " WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE),"
-    " stored AS (SELECT " + _STORED_PLATFORM + " AS platform),"
+    " stored AS (SELECT " + STORED_PLATFORM + " AS platform),"
     " queued AS (INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used,"
     " created_at)"
     " SELECT g.id, g.model_id, :trigger, 'queued', 0, COALESCE(CAST(:now AS timestamptz), now())"
@@ -218,7 +213,7 @@ CONTEXT_COLUMNS = (
      JOIN tool_sources s ON s.id = t.source_id
      WHERE at.agent_id = a.id AND t.agents_allowed AND s.enabled) AS mcp_tools,
     """
-    + _STORED_PLATFORM
+    + STORED_PLATFORM
     + """ AS platform
 """
 )
@@ -319,7 +314,7 @@ FINISH = text(
     " WHERE id = :run_id AND state = 'running'"
     # What the budget-alert check after the finish needs (runs/alerts.py): no second read.
     " RETURNING (SELECT a.user_id FROM agents a WHERE a.id = agent_runs.agent_id) AS owner_id,"
-    " " + _STORED_PLATFORM + " AS platform"
+    " " + STORED_PLATFORM + " AS platform"
 )
 
 # --- cancel -------------------------------------------------------------------------------------

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import direct
-from agent_engine.db.platform import load_platform_settings
+from agent_engine.db.platform import STORED_PLATFORM, load_platform_settings
 from agent_engine.db.rows import AnyRow, columns
 
 OWNER_TIMEZONE = text("SELECT timezone FROM users WHERE id = :id")
@@ -58,6 +59,13 @@ async def ensure_user(
 
 
 READ_USER = text("SELECT id, email, display_name, timezone, is_active FROM users WHERE id = :id")
+# An HTTP request's first read: its viewer (NULLs on first sight) and the platform settings, which
+# a page's budget needs: one round trip for both.
+READ_USER_WITH_PLATFORM = text(
+    "SELECT u.id, u.email, u.display_name, u.timezone, u.is_active, s.platform"
+    " FROM (SELECT " + STORED_PLATFORM + " AS platform) s"
+    " LEFT JOIN users u ON u.id = :id"
+)
 # One statement: insert on first sight, refresh changed claims, and read the row either way. A
 # data-modifying CTE's rows are invisible to the outer SELECT's snapshot, hence the UNION; for the
 # same reason `before` (and the subquery in RETURNING) still reads the zone the user had.
@@ -129,6 +137,17 @@ async def read_user(conn: AsyncConnection, user_id: int) -> UserRow | None:
     """The stored user, or None on first sight."""
     row = next(iter(await direct.fetch(conn, READ_USER, {"id": user_id})), None)
     return None if row is None else UserRow.from_row(row)
+
+
+async def read_user_with_platform(
+    conn: AsyncConnection, user_id: int
+) -> tuple[UserRow | None, dict[str, Any]]:
+    """The stored user (None on first sight) and the stored platform settings, as one JSON
+    object (`PlatformSettings.from_rows`)."""
+    (row,) = await direct.fetch(conn, READ_USER_WITH_PLATFORM, {"id": user_id})
+    values = columns(row)
+    user = None if values["id"] is None else UserRow.from_row(row)
+    return user, dict(values["platform"])
 
 
 async def upsert_user(

@@ -309,6 +309,22 @@ async def test_set_tool_allowed_and_platform_settings(api: Api, factories: Facto
     }
 
 
+async def test_fields_after_a_settings_change_in_one_document_see_the_new_settings(
+    api: Api, factories: Factories
+) -> None:
+    # An admin without a zone of their own: their zone is the platform's.
+    await factories.user(id=ADMIN, timezone=None)
+    data = await api.data(
+        """mutation { updatePlatformSettings(input: {timezone: "Asia/Tokyo"}) { timezone }
+          createAgent(input: {name: "After", prompt: "p"}) { owner { timezone } } }""",
+        None,
+        as_user=ADMIN,
+        admin=True,
+    )
+    assert data["updatePlatformSettings"] == {"timezone": "Asia/Tokyo"}
+    assert data["createAgent"]["owner"] == {"timezone": "Asia/Tokyo"}
+
+
 async def test_model_concurrency_limit_is_validated_kept_and_lifted(
     api: Api, factories: Factories
 ) -> None:

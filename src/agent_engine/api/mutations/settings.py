@@ -77,4 +77,6 @@ class SettingsMutation:
                 conn, changes, actor_id=viewer.user_id, now=info.context.now
             )
             current = await load_platform_settings(conn)
+        # A later field of the same document (a user's zone, a budget) sees the new settings.
+        info.context.loaders.forget_platform()
         return PlatformSettings.from_value(current)
