@@ -133,12 +133,6 @@ class UpsertedUser:
     existed: bool
 
 
-async def read_user(conn: AsyncConnection, user_id: int) -> UserRow | None:
-    """The stored user, or None on first sight."""
-    row = next(iter(await direct.fetch(conn, READ_USER, {"id": user_id})), None)
-    return None if row is None else UserRow.from_row(row)
-
-
 async def read_user_with_platform(
     conn: AsyncConnection, user_id: int
 ) -> tuple[UserRow | None, dict[str, Any]]:

@@ -151,7 +151,7 @@ async def _settings(conn: AsyncConnection, _: list[int]) -> Any:
 
 
 async def _user(conn: AsyncConnection, ids: list[int]) -> Any:
-    return await users.read_user(conn, ids[0])
+    return await users.read_user_with_platform(conn, ids[0])
 
 
 async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
@@ -193,7 +193,11 @@ async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", count)
     assert direct_reads == through_sqlalchemy
-    assert direct_reads[5] == [] and direct_reads[-1] is None
+    assert direct_reads[5] == [] and direct_reads[-1][0] is None  # nobody, with the settings
+    assert direct_reads[-1][1] == {
+        "agent_weekly_token_cap": 1000,
+        "agent_budget_alert_percents": [50, 80],
+    }
     assert all(direct_reads[:5]) and all(direct_reads[6:-1])
     assert direct_reads[6] == {owner: 30}
     assert direct_reads[7].weekly_token_cap == 1000
