@@ -204,19 +204,19 @@ class _Sender:
         await sent
 
     async def _drain(self) -> None:
-        batch: list[tuple[int, asyncio.Future[None]]] = []
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting, []
-                await send_after_commit(self._enqueue, [run_id for run_id, _ in batch])
-                _settle(batch)
+                try:
+                    await send_after_commit(self._enqueue, [run_id for run_id, _ in batch])
+                finally:
+                    _settle(batch)
         finally:
             # Cancelled (the loop is closing): nobody waits for a send that will not happen;
             # the reaper re-sends the messages of queued runs nobody claimed.
             self._draining = False
-            _settle(batch)
-            _settle(self._waiting)
-            self._waiting = []
+            waiting, self._waiting = self._waiting, []
+            _settle(waiting)
 
 
 def _settle(waiting: list[tuple[int, asyncio.Future[None]]]) -> None:
