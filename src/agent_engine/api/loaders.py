@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -190,12 +190,16 @@ class Loaders:
         self._reads.forget_platform()
 
     async def page_relations(
-        self, agent_ids: Sequence[int], model_ids: Sequence[int]
+        self,
+        agent_ids: Sequence[int],
+        model_ids: Sequence[int],
+        run_columns: Collection[str] | None = None,
     ) -> PageRelations:
         """Everything a page of agents shows about each, one statement per kind of row.
 
         The same statements as the per-agent loaders, called directly: a page asks for all of
-        its keys at once, so a future per key and agent (DataLoader) would only cost CPU.
+        its keys at once, so a future per key and agent (DataLoader) would only cost CPU. With
+        `run_columns`, the runs are narrow rows of those columns (`runs.active_and_last_runs`).
         """
         reads = self._reads
         models = {r.id: r for r in await reads.fetch(catalog.models_by_id, model_ids)}
@@ -203,7 +207,9 @@ class Loaders:
         for agent_id, tool in await reads.fetch(catalog.tools_of_agents, agent_ids):
             tools[agent_id].append(tool)
         async with reads.connection() as conn:
-            active_runs, last_runs = await runs_db.active_and_last_runs(conn, agent_ids)
+            active_runs, last_runs = await runs_db.active_and_last_runs(
+                conn, agent_ids, run_columns
+            )
         active = {r.agent_id: r for r in active_runs}
         last = {r.agent_id: r for r in last_runs}
         return PageRelations(models, tools, active, last)

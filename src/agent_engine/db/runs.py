@@ -7,7 +7,9 @@ and finish (`runs/claim.py`, `runs/finish.py`), cancel (`runs/cancel.py`), reape
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import functools
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -392,20 +394,37 @@ def _states_sql(states: frozenset[RunState]) -> str:
 
 RUNS_BY_ID = text("SELECT * FROM agent_runs WHERE id = ANY(CAST(:ids AS bigint[]))")
 # For `lastRun`: the newest finished run per agent via the journal index, one LATERAL probe each.
-LAST_FINISHED_RUNS = text(
-    "SELECT r.* FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
-    " CROSS JOIN LATERAL (SELECT * FROM agent_runs"
+_LAST_FINISHED_RUNS = (
+    "SELECT {outer} FROM unnest(CAST(:ids AS bigint[])) AS a(id)"
+    " CROSS JOIN LATERAL (SELECT {columns} FROM agent_runs"
     f"   WHERE agent_id = a.id AND state IN ({_states_sql(TERMINAL_STATES)})"
     "   ORDER BY id DESC LIMIT 1) AS r"
 )
-ACTIVE_RUNS = text(
-    "SELECT * FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
+_ACTIVE_RUNS = (
+    "SELECT {columns} FROM agent_runs WHERE agent_id = ANY(CAST(:ids AS bigint[]))"
     f" AND state IN ({_states_sql(UNFINISHED_STATES)})"
 )
+LAST_FINISHED_RUNS = text(_LAST_FINISHED_RUNS.format(outer="r.*", columns="*"))
+ACTIVE_RUNS = text(_ACTIVE_RUNS.format(columns="*"))
 _UNFINISHED = frozenset(str(state) for state in UNFINISHED_STATES)
-# Both for a page of agents in one round trip (a run's state tells which it is: the two sets of
-# states do not meet).
-ACTIVE_AND_LAST_RUNS = text(f"{ACTIVE_RUNS.text} UNION ALL {LAST_FINISHED_RUNS.text}")
+# The columns of a run row, in its order; a narrow read always has the first of them here: the
+# key, the agent and the state (which tells an active run from a finished one).
+_RUN_COLUMNS = tuple(field.name for field in dataclasses.fields(RunRow))
+_NARROW_RUN_KEYS = frozenset({"id", "agent_id", "state"})
+
+
+@functools.lru_cache(maxsize=64)
+def _active_and_last_runs(columns: tuple[str, ...] | None) -> TextClause:
+    """Both for a page of agents in one round trip (a run's state tells which it is: the two sets
+    of states do not meet); only `columns` of each run when given."""
+    listed = "*" if columns is None else ", ".join(columns)
+    outer = "r.*" if columns is None else ", ".join(f"r.{column}" for column in columns)
+    return text(
+        f"{_ACTIVE_RUNS.format(columns=listed)}"
+        f" UNION ALL {_LAST_FINISHED_RUNS.format(outer=outer, columns=listed)}"
+    )
+
+
 # A journal page per agent: every `Agent.runs` of a request with the same arguments in one
 # statement (an index probe per agent on ix_agent_runs_journal), not one statement per agent.
 _RUN_PAGES = (
@@ -438,12 +457,27 @@ async def active_runs(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[R
 
 
 async def active_and_last_runs(
-    conn: AsyncConnection, agent_ids: Sequence[int]
+    conn: AsyncConnection, agent_ids: Sequence[int], columns: Collection[str] | None = None
 ) -> tuple[list[RunRow], list[RunRow]]:
-    """`active_runs` and `last_finished_runs` of the same agents, in one statement."""
+    """`active_runs` and `last_finished_runs` of the same agents, in one statement.
+
+    With `columns`, each row is read narrow: only those columns and the key, agent and state;
+    reading any other attribute of such a row raises AttributeError (`read_rows(partial=True)`).
+    A page that shows a run's id need not decode its output, error, cost and five timestamps.
+    """
+    chosen: tuple[str, ...] | None = None
+    if columns is not None:
+        unknown = set(columns).difference(_RUN_COLUMNS)
+        if unknown:
+            raise ValueError(f"agent_runs has no columns {sorted(unknown)}")
+        wanted = _NARROW_RUN_KEYS.union(columns)
+        chosen = tuple(column for column in _RUN_COLUMNS if column in wanted)
+        if len(chosen) == len(_RUN_COLUMNS):
+            chosen = None
+    rows = await direct.fetch(conn, _active_and_last_runs(chosen), {"ids": list(agent_ids)})
     active: list[RunRow] = []
     last: list[RunRow] = []
-    for row in await _runs(conn, ACTIVE_AND_LAST_RUNS, agent_ids):
+    for row in read_rows(rows, RunRow, partial=chosen is not None):
         (active if row.state in _UNFINISHED else last).append(row)
     return active, last
 

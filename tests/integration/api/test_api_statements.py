@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import event
@@ -206,3 +208,68 @@ async def test_a_page_leaves_no_reference_cycles_to_the_collector(
         gc.set_debug(0)
         gc.garbage.clear()
     assert left == []
+
+
+RUN_FIELDS = """id trigger state reason tokensUsed error startedAt finishedAt heartbeatAt
+  createdAt promptTokens completionTokens cost __typename"""
+
+
+async def test_a_page_reads_its_runs_narrow_and_shows_what_whole_rows_show(
+    api: Api, factories: Factories, engine: AsyncEngine
+) -> None:
+    owner = 54
+    await factories.user(id=owner)
+    model = await factories.model()
+    done = await factories.agent(user_id=owner, model_id=model["id"], name="done")
+    broken = await factories.agent(user_id=owner, model_id=model["id"], name="broken")
+    await factories.agent(user_id=owner, model_id=model["id"], name="new")
+    now = datetime.now(UTC)
+    await factories.run(
+        agent_id=done["id"],
+        state="succeeded",
+        output="the answer",
+        tokens_used=30,
+        prompt_tokens=10,
+        completion_tokens=20,
+        cost=Decimal("0.000123"),
+        started_at=now,
+        finished_at=now,
+        heartbeat_at=now,
+    )
+    await factories.run(agent_id=done["id"], state="running", started_at=now)
+    await factories.run(agent_id=broken["id"], state="failed", error="no", reason="error")
+    await api.data("{ viewer { isAdmin } }", None, as_user=owner)
+
+    database = engine.url.database
+    assert database is not None
+    page = f"""{{ viewer {{ agents {{ id model {{ id }} lastRun {{ {RUN_FIELDS} }}
+      activeRun {{ ...shown }} }} }} }}
+      fragment shown on Run {{ {RUN_FIELDS} }}"""
+    with counting_statements(database) as statements:
+        agents = (await api.data(page, None, as_user=owner))["viewer"]["agents"]
+    [runs_read] = [s for s in statements if "agent_runs" in s and "UNION ALL" in s]
+    assert "*" not in runs_read and "output" not in runs_read, runs_read
+
+    # What each agent's own lastRun and activeRun show (whole rows, read one agent at a time).
+    one = f"""query($id: ID!) {{ agent(id: $id) {{ id lastRun {{ {RUN_FIELDS} }}
+      activeRun {{ {RUN_FIELDS} }} }} }}"""
+    alone = [(await api.data(one, {"id": agent["id"]}, as_user=owner))["agent"] for agent in agents]
+    assert [
+        {"id": a["id"], "lastRun": a["lastRun"], "activeRun": a["activeRun"]} for a in agents
+    ] == alone
+    assert [a["lastRun"] and a["lastRun"]["state"] for a in agents] == ["SUCCEEDED", "FAILED", None]
+    assert agents[0]["lastRun"]["cost"] == "0.000123"
+    assert agents[0]["activeRun"]["state"] == "RUNNING"
+
+    # A field a narrow row cannot show (the owner's output) reads whole rows.
+    with counting_statements(database) as statements:
+        data = await api.data(
+            "{ viewer { agents { lastRun { id output } } } }", None, as_user=owner
+        )
+    assert [a["lastRun"] and a["lastRun"]["output"] for a in data["viewer"]["agents"]] == [
+        "the answer",
+        None,
+        None,
+    ]
+    [runs_read] = [s for s in statements if "agent_runs" in s and "UNION ALL" in s]
+    assert "SELECT *" in runs_read

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -139,6 +140,46 @@ async def test_the_statements_that_read_by_position(
         pairs = read_keyed_rows(partial, "agent_id", ToolRow, same_by="id")
         assert {agent for agent, _ in pairs} == {7}
         assert all(t.access == "read" and t.source_id is None for _, t in pairs)
+
+
+async def test_a_narrow_read_of_runs_has_only_its_columns_and_no_defaults(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    seeded = await _seed(factories)
+    agent_ids = seeded["agents"]
+    async with engine.connect() as conn:
+        whole = await runs_db.active_and_last_runs(conn, agent_ids)
+        narrow = await runs_db.active_and_last_runs(conn, agent_ids, ["cost"])
+        # The same runs, split the same way, with the asked-for column and the keys.
+        for whole_runs, narrow_runs in zip(whole, narrow, strict=True):
+            assert [(r.id, r.agent_id, r.state, r.cost) for r in narrow_runs] == [
+                (r.id, r.agent_id, r.state, r.cost) for r in whole_runs
+            ]
+        assert {r.cost for r in narrow[1]} == {Decimal("0.000123"), None}
+        # A column the read left out is not there: no default stands in for it.
+        with pytest.raises(AttributeError):
+            narrow[1][0].output  # noqa: B018
+        # Every column asked for is a whole row; a name that is no column is refused.
+        every = [field for field in RunRow.__dataclass_fields__]
+        assert await runs_db.active_and_last_runs(conn, agent_ids, every) == whole
+        with pytest.raises(ValueError, match=r"no columns \['id; DROP TABLE agents'\]"):
+            await runs_db.active_and_last_runs(conn, agent_ids, ["id; DROP TABLE agents"])
+
+
+def test_a_partial_read_needs_a_frozen_dataclass_with_slots() -> None:
+    class Plain:
+        def __init__(self, id: int) -> None:
+            self.id = id
+
+    class Result:
+        def keys(self) -> list[str]:
+            return ["id"]
+
+        def __iter__(self) -> Any:
+            return iter([(1,)])
+
+    with pytest.raises(TypeError, match="frozen dataclass with slots"):
+        read_rows(Result(), Plain, partial=True)
 
 
 async def _spent(conn: AsyncConnection, owners: list[int]) -> dict[int, int]:

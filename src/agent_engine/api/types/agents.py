@@ -8,12 +8,15 @@ package has no import cycle).
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from datetime import datetime
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import strawberry
 from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
+from strawberry.utils.str_converters import to_camel_case
 
 from agent_engine.api.enums import AgentStatus
 from agent_engine.api.errors import BadUserInput, NotFound
@@ -70,25 +73,21 @@ class Run:
     )
 
     @classmethod
-    def from_row(cls, row: RunRow, *, owner_id: int | None = None) -> Run:
-        return cls(
-            row=row,
-            owner_id=owner_id,
-            prompt_tokens=row.prompt_tokens,
-            completion_tokens=row.completion_tokens,
-            cost=decimal_text_or_none(row.cost),
-            id=strawberry.ID(str(row.id)),
-            # By value from a dict: an Enum call costs ~0.6 µs, three per run of a page.
-            trigger=_TRIGGERS[row.trigger],
-            state=_STATES[row.state],
-            reason=_REASONS[row.reason] if row.reason else None,
-            tokens_used=row.tokens_used,
-            error=row.error,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            heartbeat_at=row.heartbeat_at,
-            created_at=row.created_at,
-        )
+    def from_row(
+        cls, row: RunRow, *, owner_id: int | None = None, columns: frozenset[str] | None = None
+    ) -> Run:
+        """The run of a whole row; with `columns`, of a narrow one (`RUN_FIELD_COLUMNS`): only
+        the fields those columns show are set (any other raises AttributeError when read)."""
+        # Made as `__init__` makes it (the same object), without its keyword call: a page makes a
+        # hundred or two.
+        run = cls.__new__(cls)
+        values = run.__dict__
+        values["row"] = row
+        values["owner_id"] = owner_id
+        for attribute, column, convert in _RUN_LEAVES if columns is None else _leaves(columns):
+            value = getattr(row, column)
+            values[attribute] = value if convert is None else convert(value)
+        return run
 
     # The output was read with the owner's Knowledge Store access: it is the owner's alone.
     @described(
@@ -153,6 +152,44 @@ class Run:
 RunConnection = Connection[Run]
 
 
+def _id(value: int) -> strawberry.ID:
+    return strawberry.ID(str(value))
+
+
+def _reason(value: str | None) -> RunReason | None:
+    return _REASONS[value] if value else None
+
+
+# The plain fields of a Run: its attribute, the run row's column it shows and how (None: as it
+# is). By value from a dict for the enums: an Enum call costs ~0.6 µs, three per run of a page.
+_RUN_LEAVES: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = (
+    ("id", "id", _id),
+    ("trigger", "trigger", _TRIGGERS.__getitem__),
+    ("state", "state", _STATES.__getitem__),
+    ("reason", "reason", _reason),
+    ("tokens_used", "tokens_used", None),
+    ("error", "error", None),
+    ("started_at", "started_at", None),
+    ("finished_at", "finished_at", None),
+    ("heartbeat_at", "heartbeat_at", None),
+    ("created_at", "created_at", None),
+    ("prompt_tokens", "prompt_tokens", None),
+    ("completion_tokens", "completion_tokens", None),
+    ("cost", "cost", decimal_text_or_none),
+)
+# The Run fields a narrow run row can serve, by GraphQL name, with the column each shows. A
+# selection of only these reads only their columns (`Viewer.agents`); any other field (output,
+# steps, agent, …) needs the whole row.
+RUN_FIELD_COLUMNS: dict[str, str | None] = {
+    to_camel_case(attribute): column for attribute, column, _ in _RUN_LEAVES
+} | {"__typename": None}
+
+
+@functools.lru_cache(maxsize=64)
+def _leaves(columns: frozenset[str]) -> tuple[tuple[str, str, Callable[[Any], Any] | None], ...]:
+    return tuple(leaf for leaf in _RUN_LEAVES if leaf[1] in columns)
+
+
 def _gate(row: AgentRow) -> dict[str, bool]:
     return {
         "enabled": row.enabled,
@@ -170,6 +207,8 @@ class AgentRelations(NamedTuple):
     tools: list[Tool]
     active_run: RunRow | None
     last_run: RunRow | None
+    # The columns the runs were read with (narrow rows), None for whole rows.
+    run_columns: frozenset[str] | None = None
 
 
 # GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
@@ -301,14 +340,14 @@ class Agent:
     def active_run(self) -> Run | None:
         if self.relations is not None:
             row = self.relations.active_run
-            return self._run(row) if row else None
+            return self._run(row, self.relations.run_columns) if row else None
         return awaited_later(self._load_run(self.loaders.active_run))
 
     @described(description="The newest finished run (succeeded, failed or skipped).")
     def last_run(self) -> Run | None:
         if self.relations is not None:
             row = self.relations.last_run
-            return self._run(row) if row else None
+            return self._run(row, self.relations.run_columns) if row else None
         return awaited_later(self._load_run(self.loaders.last_run))
 
     @described(
@@ -324,8 +363,8 @@ class Agent:
         row = await loader.load(self.row.id)
         return self._run(row) if row else None
 
-    def _run(self, row: RunRow) -> Run:
-        return Run.from_row(row, owner_id=self.row.user_id)
+    def _run(self, row: RunRow, columns: frozenset[str] | None = None) -> Run:
+        return Run.from_row(row, owner_id=self.row.user_id, columns=columns)
 
     @described(
         description=(

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
 from agent_engine.api.resolvers import Info, described
-from agent_engine.api.types.agents import PREFETCHED_AGENT_FIELDS, Agent, AgentRelations
+from agent_engine.api.types.agents import (
+    PREFETCHED_AGENT_FIELDS,
+    RUN_FIELD_COLUMNS,
+    Agent,
+    AgentRelations,
+)
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, existing_user
@@ -27,13 +34,15 @@ class Viewer:
         rows = await loaders.agents_of_owner.load(self.viewer_id)
         for row in rows:
             loaders.prime_agent(row)
-        if not rows or not PREFETCHED_AGENT_FIELDS & _selected_names(info.selected_fields):
+        fields = _fields_below(info.selected_fields)
+        if not rows or not PREFETCHED_AGENT_FIELDS.intersection(field.name for field in fields):
             return [Agent.from_row(r, loaders) for r in rows]
         # The whole page's relations at once, one statement each, so the per-agent fields need
-        # no awaiting (see `awaited_later`).
+        # no awaiting (see `awaited_later`); its runs as narrow rows when they show only columns.
         ids = [r.id for r in rows]
         model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
-        found = await loaders.page_relations(ids, model_ids)
+        run_columns = _run_columns(fields)
+        found = await loaders.page_relations(ids, model_ids, run_columns)
         models = {model_id: AgentModel.from_row(model) for model_id, model in found.models.items()}
         tools: dict[int, Tool] = {}
         return [
@@ -48,6 +57,7 @@ class Viewer:
                     ],
                     active_run=found.active_runs.get(agent_id),
                     last_run=found.last_runs.get(agent_id),
+                    run_columns=run_columns,
                 ),
             )
             for row, agent_id in zip(rows, ids, strict=True)
@@ -64,14 +74,28 @@ class Viewer:
         return [BudgetAlert.from_value(alert) for alert in alerts]
 
 
-def _selected_names(fields: list[Selection]) -> set[str]:
-    """The names of the fields selected below `fields` (the resolver's own), through fragments."""
-    names: set[str] = set()
+def _fields_below(fields: Sequence[Selection]) -> list[SelectedField]:
+    """The fields selected directly below `fields`, through fragments."""
+    found: list[SelectedField] = []
     pending: list[Selection] = [selection for field in fields for selection in field.selections]
     while pending:
         selection = pending.pop()
         if isinstance(selection, SelectedField):
-            names.add(selection.name)
+            found.append(selection)
         else:
             pending.extend(selection.selections)
-    return names
+    return found
+
+
+def _run_columns(agent_fields: list[SelectedField]) -> frozenset[str] | None:
+    """The run columns a page's `lastRun` and `activeRun` show, when each of their fields shows
+    one (`RUN_FIELD_COLUMNS`); None when any needs the whole row."""
+    runs = [field for field in agent_fields if field.name in ("lastRun", "activeRun")]
+    columns: set[str] = set()
+    for field in _fields_below(runs):
+        if field.name not in RUN_FIELD_COLUMNS:
+            return None
+        column = RUN_FIELD_COLUMNS[field.name]
+        if column is not None:
+            columns.add(column)
+    return frozenset(columns)
