@@ -214,6 +214,14 @@ class Loaders:
         last = {r.agent_id: r for r in last_runs}
         return PageRelations(models, tools, active, last)
 
+    async def narrow_agents_of_owner(
+        self, owner_id: int, columns: Collection[str]
+    ) -> list[AgentRow]:
+        """The owner's live agents as narrow rows of `columns` (`agents.live_agents_of_owners`):
+        never primed, since `agent` answers whole rows."""
+        async with self._reads.connection() as conn:
+            return await agents_db.live_agents_of_owners(conn, [owner_id], columns)
+
     def prime_agent(self, row: AgentRow) -> None:
         """An agent row read for the request: `agent` answers it without a statement (kept
         as a row until `agent` is first asked for: a page primes a hundred and rarely asks)."""

@@ -6,17 +6,18 @@ deletion hides or deletes) live in `agents/`; this module only names the stateme
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import direct
-from agent_engine.db.rows import AnyRow, columns, read_rows
+from agent_engine.db.rows import AnyRow, columns, narrow, read_rows
 from agent_engine.domain.gate import AgentStatus
 
 
@@ -373,10 +374,21 @@ LIVE_AGENT = text("SELECT * FROM agents WHERE id = :id AND deleted_at IS NULL")
 LIVE_AGENTS_BY_ID = text(
     "SELECT * FROM agents WHERE id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
 )
-LIVE_AGENTS_OF_OWNERS = text(
-    "SELECT * FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
-    " ORDER BY id"
+_LIVE_AGENTS_OF_OWNERS = (
+    "SELECT {columns} FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[]))"
+    " AND deleted_at IS NULL ORDER BY id"
 )
+# What a narrow read of agents always has: the key, the owner and the model (a page's relations
+# are found by them).
+_NARROW_AGENT_KEYS = ("id", "user_id", "model_id")
+
+
+@functools.lru_cache(maxsize=64)
+def _live_agents_of_owners(columns: tuple[str, ...] | None) -> TextClause:
+    return text(
+        _LIVE_AGENTS_OF_OWNERS.format(columns="*" if columns is None else ", ".join(columns))
+    )
+
 
 # Derived status as SQL, the same precedence as domain.gate.agent_status.
 _STATUS_SQL = {
@@ -402,10 +414,18 @@ async def live_agents_by_id(conn: AsyncConnection, agent_ids: Sequence[int]) -> 
     return read_rows(rows, AgentRow)
 
 
-async def live_agents_of_owners(conn: AsyncConnection, owner_ids: Sequence[int]) -> list[AgentRow]:
-    """The owners' live agents, oldest first."""
-    rows = await direct.fetch(conn, LIVE_AGENTS_OF_OWNERS, {"ids": list(owner_ids)})
-    return read_rows(rows, AgentRow)
+async def live_agents_of_owners(
+    conn: AsyncConnection, owner_ids: Sequence[int], columns: Collection[str] | None = None
+) -> list[AgentRow]:
+    """The owners' live agents, oldest first.
+
+    With `columns`, each row is read narrow: only those columns and the key, owner and model;
+    reading any other attribute of such a row raises AttributeError (`read_rows(partial=True)`).
+    """
+    chosen = None if columns is None else narrow(AgentRow, columns, always=_NARROW_AGENT_KEYS)
+    statement = _live_agents_of_owners(chosen)
+    rows = await direct.fetch(conn, statement, {"ids": list(owner_ids)})
+    return read_rows(rows, AgentRow, partial=chosen is not None)
 
 
 async def live_agent_page(

@@ -47,6 +47,20 @@ def read_rows(result: Rows, cls: type[R], *, partial: bool = False) -> list[R]:
     return [read(row) for row in result]
 
 
+def narrow(cls: Any, columns: Iterable[str], *, always: Iterable[str]) -> tuple[str, ...] | None:
+    """The columns of a narrow read of `cls`'s table: `columns` and `always`, in `cls`'s order
+    (one statement per set, whatever order they were asked in); None when that is every column
+    (a whole row). A name that is not a field of `cls` is refused: these go into SQL text."""
+    names = tuple(field.name for field in dataclasses.fields(cls))
+    wanted = set(columns)
+    unknown = wanted.difference(names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no columns {sorted(unknown)}")
+    wanted.update(always)
+    chosen = tuple(name for name in names if name in wanted)
+    return None if len(chosen) == len(names) else chosen
+
+
 def read_keyed_rows(result: Rows, key: str, cls: type[R], *, same_by: str) -> list[tuple[Any, R]]:
     """As `read_rows`, each row paired with its column `key` (a column `cls` does not have).
 

@@ -7,7 +7,6 @@ and finish (`runs/claim.py`, `runs/finish.py`), cancel (`runs/cancel.py`), reape
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import direct
 from agent_engine.db.platform import STORED_PLATFORM
-from agent_engine.db.rows import AnyRow, columns, read_rows
+from agent_engine.db.rows import AnyRow, columns, narrow, read_rows
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
 from agent_engine.db.spend import owner_week_tokens
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
@@ -407,10 +406,9 @@ _ACTIVE_RUNS = (
 LAST_FINISHED_RUNS = text(_LAST_FINISHED_RUNS.format(outer="r.*", columns="*"))
 ACTIVE_RUNS = text(_ACTIVE_RUNS.format(columns="*"))
 _UNFINISHED = frozenset(str(state) for state in UNFINISHED_STATES)
-# The columns of a run row, in its order; a narrow read always has the first of them here: the
-# key, the agent and the state (which tells an active run from a finished one).
-_RUN_COLUMNS = tuple(field.name for field in dataclasses.fields(RunRow))
-_NARROW_RUN_KEYS = frozenset({"id", "agent_id", "state"})
+# What a narrow read of runs always has: the key, the agent and the state (which tells an active
+# run from a finished one).
+_NARROW_RUN_KEYS = ("id", "agent_id", "state")
 
 
 @functools.lru_cache(maxsize=64)
@@ -465,15 +463,7 @@ async def active_and_last_runs(
     reading any other attribute of such a row raises AttributeError (`read_rows(partial=True)`).
     A page that shows a run's id need not decode its output, error, cost and five timestamps.
     """
-    chosen: tuple[str, ...] | None = None
-    if columns is not None:
-        unknown = set(columns).difference(_RUN_COLUMNS)
-        if unknown:
-            raise ValueError(f"agent_runs has no columns {sorted(unknown)}")
-        wanted = _NARROW_RUN_KEYS.union(columns)
-        chosen = tuple(column for column in _RUN_COLUMNS if column in wanted)
-        if len(chosen) == len(_RUN_COLUMNS):
-            chosen = None
+    chosen = None if columns is None else narrow(RunRow, columns, always=_NARROW_RUN_KEYS)
     rows = await direct.fetch(conn, _active_and_last_runs(chosen), {"ids": list(agent_ids)})
     active: list[RunRow] = []
     last: list[RunRow] = []

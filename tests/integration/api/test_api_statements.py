@@ -212,15 +212,27 @@ async def test_a_page_leaves_no_reference_cycles_to_the_collector(
 
 RUN_FIELDS = """id trigger state reason tokensUsed error startedAt finishedAt heartbeatAt
   createdAt promptTokens completionTokens cost __typename"""
+AGENT_FIELDS = """id name description prompt enabled adminPaused nextRunAt meta createdAt
+  updatedAt __typename model { id name } tools { name }"""
 
 
-async def test_a_page_reads_its_runs_narrow_and_shows_what_whole_rows_show(
+async def test_a_page_reads_narrow_rows_and_shows_what_whole_rows_show(
     api: Api, factories: Factories, engine: AsyncEngine
 ) -> None:
     owner = 54
     await factories.user(id=owner)
     model = await factories.model()
-    done = await factories.agent(user_id=owner, model_id=model["id"], name="done")
+    done = await factories.agent(
+        user_id=owner,
+        model_id=model["id"],
+        name="done",
+        description="d",
+        meta={"team": "ops"},
+        schedule={"type": "interval", "every_hours": 6},
+        next_run_at=datetime.now(UTC),
+    )
+    tool = await factories.tool("narrow_page_tool")
+    await factories._insert("agent_tools", {"agent_id": done["id"], "tool_id": tool["id"]})
     broken = await factories.agent(user_id=owner, model_id=model["id"], name="broken")
     await factories.agent(user_id=owner, model_id=model["id"], name="new")
     now = datetime.now(UTC)
@@ -242,34 +254,38 @@ async def test_a_page_reads_its_runs_narrow_and_shows_what_whole_rows_show(
 
     database = engine.url.database
     assert database is not None
-    page = f"""{{ viewer {{ agents {{ id model {{ id }} lastRun {{ {RUN_FIELDS} }}
-      activeRun {{ ...shown }} }} }} }}
-      fragment shown on Run {{ {RUN_FIELDS} }}"""
+    shown = f"{AGENT_FIELDS} lastRun {{ {RUN_FIELDS} }} activeRun {{ ...run }}"
+    run = f"fragment run on Run {{ {RUN_FIELDS} }}"
+    page = f"{{ viewer {{ agents {{ ... on Agent {{ {shown} }} }} }} }} {run}"
     with counting_statements(database) as statements:
         agents = (await api.data(page, None, as_user=owner))["viewer"]["agents"]
     [runs_read] = [s for s in statements if "agent_runs" in s and "UNION ALL" in s]
     assert "*" not in runs_read and "output" not in runs_read, runs_read
+    [agents_read] = [s for s in statements if "FROM agents WHERE user_id" in s]
+    assert "*" not in agents_read and "schedule" not in agents_read, agents_read
 
-    # What each agent's own lastRun and activeRun show (whole rows, read one agent at a time).
-    one = f"""query($id: ID!) {{ agent(id: $id) {{ id lastRun {{ {RUN_FIELDS} }}
-      activeRun {{ {RUN_FIELDS} }} }} }}"""
+    # What each agent shows alone (whole rows, read one agent at a time).
+    one = f"query($id: ID!) {{ agent(id: $id) {{ ...a }} }} fragment a on Agent {{ {shown} }} {run}"
     alone = [(await api.data(one, {"id": agent["id"]}, as_user=owner))["agent"] for agent in agents]
-    assert [
-        {"id": a["id"], "lastRun": a["lastRun"], "activeRun": a["activeRun"]} for a in agents
-    ] == alone
+    assert agents == alone
+    assert agents[0]["meta"] == {"team": "ops"}
+    assert agents[0]["tools"] == [{"name": "narrow_page_tool"}]
     assert [a["lastRun"] and a["lastRun"]["state"] for a in agents] == ["SUCCEEDED", "FAILED", None]
     assert agents[0]["lastRun"]["cost"] == "0.000123"
     assert agents[0]["activeRun"]["state"] == "RUNNING"
 
-    # A field a narrow row cannot show (the owner's output) reads whole rows.
+    # Fields a narrow row cannot show (the owner's output, the status) read whole rows.
     with counting_statements(database) as statements:
         data = await api.data(
-            "{ viewer { agents { lastRun { id output } } } }", None, as_user=owner
+            "{ viewer { agents { status lastRun { id output } } } }", None, as_user=owner
         )
     assert [a["lastRun"] and a["lastRun"]["output"] for a in data["viewer"]["agents"]] == [
         "the answer",
         None,
         None,
     ]
+    assert [a["status"] for a in data["viewer"]["agents"]] == ["SCHEDULED", "MANUAL", "MANUAL"]
     [runs_read] = [s for s in statements if "agent_runs" in s and "UNION ALL" in s]
     assert "SELECT *" in runs_read
+    [agents_read] = [s for s in statements if "FROM agents WHERE user_id" in s]
+    assert "SELECT *" in agents_read

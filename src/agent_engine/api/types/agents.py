@@ -11,7 +11,7 @@ import asyncio
 import functools
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import strawberry
 from strawberry.dataloader import DataLoader
@@ -84,7 +84,8 @@ class Run:
         values = run.__dict__
         values["row"] = row
         values["owner_id"] = owner_id
-        for attribute, column, convert in _RUN_LEAVES if columns is None else _leaves(columns):
+        leaves = _RUN_LEAVES if columns is None else _leaves(_RUN_LEAVES, columns)
+        for attribute, column, convert in leaves:
             value = getattr(row, column)
             values[attribute] = value if convert is None else convert(value)
         return run
@@ -160,9 +161,11 @@ def _reason(value: str | None) -> RunReason | None:
     return _REASONS[value] if value else None
 
 
+_Leaves = tuple[tuple[str, str, Callable[[Any], Any] | None], ...]
+
 # The plain fields of a Run: its attribute, the run row's column it shows and how (None: as it
 # is). By value from a dict for the enums: an Enum call costs ~0.6 µs, three per run of a page.
-_RUN_LEAVES: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = (
+_RUN_LEAVES: _Leaves = (
     ("id", "id", _id),
     ("trigger", "trigger", _TRIGGERS.__getitem__),
     ("state", "state", _STATES.__getitem__),
@@ -177,17 +180,18 @@ _RUN_LEAVES: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = (
     ("completion_tokens", "completion_tokens", None),
     ("cost", "cost", decimal_text_or_none),
 )
-# The Run fields a narrow run row can serve, by GraphQL name, with the column each shows. A
+# The Run fields a narrow run row can serve, by GraphQL name, with the columns each shows. A
 # selection of only these reads only their columns (`Viewer.agents`); any other field (output,
 # steps, agent, …) needs the whole row.
-RUN_FIELD_COLUMNS: dict[str, str | None] = {
-    to_camel_case(attribute): column for attribute, column, _ in _RUN_LEAVES
-} | {"__typename": None}
+RUN_FIELD_COLUMNS: dict[str, tuple[str, ...]] = {
+    to_camel_case(attribute): (column,) for attribute, column, _ in _RUN_LEAVES
+} | {"__typename": ()}
 
 
-@functools.lru_cache(maxsize=64)
-def _leaves(columns: frozenset[str]) -> tuple[tuple[str, str, Callable[[Any], Any] | None], ...]:
-    return tuple(leaf for leaf in _RUN_LEAVES if leaf[1] in columns)
+@functools.lru_cache(maxsize=128)
+def _leaves(every: _Leaves, columns: frozenset[str]) -> _Leaves:
+    """The leaves of `every` whose column a narrow row has."""
+    return tuple(leaf for leaf in every if leaf[1] in columns)
 
 
 def _gate(row: AgentRow) -> dict[str, bool]:
@@ -214,6 +218,31 @@ class AgentRelations(NamedTuple):
 # GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
 PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
 
+# The plain fields of an Agent: its attribute, the agent row's column it shows and how.
+_AGENT_LEAVES: _Leaves = (
+    ("id", "id", _id),
+    ("name", "name", None),
+    ("description", "description", None),
+    ("prompt", "prompt", None),
+    ("enabled", "enabled", None),
+    ("admin_paused", "admin_paused", None),
+    ("next_run_at", "next_run_at", None),
+    ("meta", "meta", None),
+    ("created_at", "created_at", None),
+    ("updated_at", "updated_at", None),
+)
+# The Agent fields a page of narrow agent rows can serve (with its relations prefetched), by
+# GraphQL name, with the columns each needs; any other field needs the whole row.
+AGENT_FIELD_COLUMNS: dict[str, tuple[str, ...]] = {
+    to_camel_case(attribute): (column,) for attribute, column, _ in _AGENT_LEAVES
+} | {
+    "model": ("model_id",),
+    "tools": (),
+    "activeRun": ("user_id",),  # the owner, who alone sees a run's output
+    "lastRun": ("user_id",),
+    "__typename": (),
+}
+
 
 @strawberry.type
 class Agent:
@@ -236,23 +265,25 @@ class Agent:
 
     @classmethod
     def from_row(
-        cls, row: AgentRow, loaders: Loaders, relations: AgentRelations | None = None
+        cls,
+        row: AgentRow,
+        loaders: Loaders,
+        relations: AgentRelations | None = None,
+        columns: frozenset[str] | None = None,
     ) -> Agent:
-        return cls(
-            row=row,
-            loaders=loaders,
-            relations=relations,
-            id=strawberry.ID(str(row.id)),
-            name=row.name,
-            description=row.description,
-            prompt=row.prompt,
-            enabled=row.enabled,
-            admin_paused=row.admin_paused,
-            next_run_at=row.next_run_at,
-            meta=cast(JSON | None, row.meta),
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
+        """The agent of a whole row; with `columns`, of a narrow one (`AGENT_FIELD_COLUMNS`):
+        only the fields those columns show are set (any other raises AttributeError when read).
+        Made as `__init__` makes it (the same object), without its keyword call."""
+        agent = cls.__new__(cls)
+        values = agent.__dict__
+        values["row"] = row
+        values["loaders"] = loaders
+        values["relations"] = relations
+        leaves = _AGENT_LEAVES if columns is None else _leaves(_AGENT_LEAVES, columns)
+        for attribute, column, convert in leaves:
+            value = getattr(row, column)
+            values[attribute] = value if convert is None else convert(value)
+        return agent
 
     @strawberry.field
     async def owner(self, info: Info) -> User:

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
+from agent_engine.api.loaders import Loaders
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.types.agents import (
+    AGENT_FIELD_COLUMNS,
     PREFETCHED_AGENT_FIELDS,
     RUN_FIELD_COLUMNS,
     Agent,
@@ -17,6 +19,7 @@ from agent_engine.api.types.agents import (
 from agent_engine.api.types.budget import Budget, BudgetAlert
 from agent_engine.api.types.catalog import AgentModel, Tool
 from agent_engine.api.types.users import User, existing_user
+from agent_engine.db.agents import AgentRow
 
 
 @strawberry.type
@@ -31,17 +34,24 @@ class Viewer:
     @described(description="The viewer's own agents, oldest first.")
     async def agents(self, info: Info) -> list[Agent]:
         loaders = info.context.loaders
-        rows = await loaders.agents_of_owner.load(self.viewer_id)
-        for row in rows:
-            loaders.prime_agent(row)
         fields = _fields_below(info.selected_fields)
-        if not rows or not PREFETCHED_AGENT_FIELDS.intersection(field.name for field in fields):
+        if not PREFETCHED_AGENT_FIELDS.intersection(field.name for field in fields):
+            rows = await self._whole_agents(loaders)
             return [Agent.from_row(r, loaders) for r in rows]
         # The whole page's relations at once, one statement each, so the per-agent fields need
-        # no awaiting (see `awaited_later`); its runs as narrow rows when they show only columns.
+        # no awaiting (see `awaited_later`); the agents and their runs as narrow rows when the
+        # page shows only columns of them.
+        agent_columns = _columns(fields, AGENT_FIELD_COLUMNS)
+        if agent_columns is None:
+            rows = await self._whole_agents(loaders)
+        else:
+            rows = await loaders.narrow_agents_of_owner(self.viewer_id, agent_columns)
+        if not rows:
+            return []
         ids = [r.id for r in rows]
         model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
-        run_columns = _run_columns(fields)
+        runs = [field for field in fields if field.name in ("lastRun", "activeRun")]
+        run_columns = _columns(_fields_below(runs), RUN_FIELD_COLUMNS)
         found = await loaders.page_relations(ids, model_ids, run_columns)
         models = {model_id: AgentModel.from_row(model) for model_id, model in found.models.items()}
         tools: dict[int, Tool] = {}
@@ -59,9 +69,17 @@ class Viewer:
                     last_run=found.last_runs.get(agent_id),
                     run_columns=run_columns,
                 ),
+                agent_columns,
             )
             for row, agent_id in zip(rows, ids, strict=True)
         ]
+
+    async def _whole_agents(self, loaders: Loaders) -> list[AgentRow]:
+        """The viewer's agents as whole rows, each primed for `agent` (narrow rows never are)."""
+        rows = await loaders.agents_of_owner.load(self.viewer_id)
+        for row in rows:
+            loaders.prime_agent(row)
+        return rows
 
     @strawberry.field
     async def budget(self, info: Info) -> Budget:
@@ -87,15 +105,15 @@ def _fields_below(fields: Sequence[Selection]) -> list[SelectedField]:
     return found
 
 
-def _run_columns(agent_fields: list[SelectedField]) -> frozenset[str] | None:
-    """The run columns a page's `lastRun` and `activeRun` show, when each of their fields shows
-    one (`RUN_FIELD_COLUMNS`); None when any needs the whole row."""
-    runs = [field for field in agent_fields if field.name in ("lastRun", "activeRun")]
+def _columns(
+    fields: list[SelectedField], field_columns: dict[str, tuple[str, ...]]
+) -> frozenset[str] | None:
+    """The columns `fields` show, when each is one of `field_columns`; None when any needs the
+    whole row."""
     columns: set[str] = set()
-    for field in _fields_below(runs):
-        if field.name not in RUN_FIELD_COLUMNS:
+    for field in fields:
+        shown = field_columns.get(field.name)
+        if shown is None:
             return None
-        column = RUN_FIELD_COLUMNS[field.name]
-        if column is not None:
-            columns.add(column)
+        columns.update(shown)
     return frozenset(columns)
