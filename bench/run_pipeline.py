@@ -47,6 +47,7 @@ NAME = "run_pipeline"
 TARGET_RUNS_PER_S = 300
 TARGET_OVERHEAD_MS = 5.0
 TARGET_RATIO = 0.15
+TARGET_CPU_MS_PER_RUN = 2.5  # issue 25
 REQUEST_CONCURRENCY = 16
 THREADS = 8
 AGENTS_PER_OWNER = 50
@@ -339,6 +340,8 @@ async def run(bench: Bench) -> ScenarioResult:
             "ms CPU",
             baseline=noop["worker_cpu_ms_per_message"],
             baseline_label="no-op",
+            target=f"≤ {TARGET_CPU_MS_PER_RUN:g} ms",
+            ok=engine["worker_cpu_ms_per_run"] <= TARGET_CPU_MS_PER_RUN,
         ),
     )
     result.details = {"engine": engine, "model_call": model, "noop": noop}

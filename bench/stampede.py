@@ -54,8 +54,11 @@ AGENTS_PER_OWNER = 50
 WARM_UP_RUNS = 40
 SLOT_AFTER_WARM_UP_SECONDS = 3.0
 SAMPLE_SECONDS = 0.25
-TARGET_SECONDS_FULL = 180.0
-TARGET_RATIO = 0.7
+# Issue 25's thresholds (CPU per unit of work): full mode within 65 s of the slot, at least 0.85
+# times the bare client's runs/s, at most 3 ms of worker CPU per run.
+TARGET_SECONDS_FULL = 65.0
+TARGET_RATIO = 0.85
+TARGET_CPU_MS_PER_RUN = 3.0
 TARGET_RSS_MIB = 150.0
 TARGET_RSS_AT_IN_FLIGHT = 500
 MIB = 1024 * 1024
@@ -420,6 +423,8 @@ async def run(bench: Bench) -> ScenarioResult:
             "worker CPU per run (both processes)",
             engine["worker_cpu_ms_per_run"],
             "ms CPU",
+            target=f"≤ {TARGET_CPU_MS_PER_RUN:g} ms",
+            ok=engine["worker_cpu_ms_per_run"] <= TARGET_CPU_MS_PER_RUN,
         ),
         Row(
             "worker RSS per 100 runs in flight",
