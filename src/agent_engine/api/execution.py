@@ -91,6 +91,9 @@ class _Direct(NamedTuple):
     # Synchronous, without an `Info`, of an object or a list of objects: its usual results are
     # completed inline by `_execute_steps` (a page's model, tools and runs of each agent).
     inline: bool = False
+    # The Python class of `object_type`'s objects: an object of exactly this class is neither
+    # an exception nor awaitable (no checks needed).
+    object_class: type[Any] | None = None
 
 
 FieldPlan = _Leaf | _Direct
@@ -134,6 +137,10 @@ class _Step(NamedTuple):
     response_name: str
     field_details_list: Any
     plan: FieldPlan | None  # None: the standard path
+    # An inline resolver's: the steps of its objects' selection once looked up (one item; steps
+    # belong to one execution, and the field's object type is fixed), for the objects of every
+    # source of the selection (a page's hundred agents' models).
+    below: list[tuple[_Step, ...] | None]
 
 
 def _probe(_source: Any, _info: Any) -> None:
@@ -181,7 +188,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         steps: tuple[_Step, ...] | None = None
         if plans:
             steps = tuple(
-                _Step(name, details, _plan_for(plans, details))
+                _Step(name, details, _plan_for(plans, details), [])
                 for name, details in grouped_field_set.items()
             )
             if all(step.plan is None for step in steps):
@@ -259,7 +266,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         is_awaitable = self.is_awaitable
         awaitable_fields: list[str] = []
         try:
-            for response_name, field_details_list, plan in steps:
+            for response_name, field_details_list, plan, below in steps:
                 if type(plan) is _Leaf:
                     try:
                         value = getattr(source_value, plan.attribute)
@@ -290,13 +297,15 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                         if result is None and not plan.non_null:
                             results[response_name] = None
                             continue
-                        if plan.shape == _OBJECT:
+                        if position_context is not None:
+                            completed = Undefined
+                        elif plan.shape == _OBJECT:
                             completed = self._inline_object(
-                                plan, field_details_list, field_path, result, position_context
+                                plan, field_details_list, field_path, result, below
                             )
                         else:
                             completed = self._inline_objects(
-                                plan, field_details_list, field_path, result, position_context
+                                plan, field_details_list, field_path, result, below
                             )
                         if completed is Undefined:
                             completed = self._complete_direct(
@@ -340,21 +349,33 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             return results
         return _gathered(results, awaitable_fields)
 
+    def _below(
+        self, plan: _Direct, details: Any, below: list[tuple[_Step, ...] | None]
+    ) -> tuple[_Step, ...] | None:
+        """The steps of an inline resolver's objects (`_Step.below`)."""
+        if below:
+            return below[0]
+        steps = self._object_selection(cast(GraphQLObjectType, plan.object_type), details, None)
+        below.append(steps)
+        return steps
+
     def _inline_object(
-        self, plan: _Direct, details: Any, path: Path, result: Any, position_context: Any
+        self,
+        plan: _Direct,
+        details: Any,
+        path: Path,
+        result: Any,
+        below: list[tuple[_Step, ...] | None],
     ) -> Any:
         """An inline resolver's present object completed as `_execute_direct` completes it;
         Undefined where `_complete_direct` must (null, an exception, an awaitable, a selection
         graphql-core's own path takes). Its errors are handled as that resolver's."""
-        if (
-            result is None
-            or position_context is not None
-            or isinstance(result, Exception)
-            or self.is_awaitable(result)
+        if type(result) is not plan.object_class and (
+            result is None or isinstance(result, Exception) or self.is_awaitable(result)
         ):
             return Undefined
         object_type = cast(GraphQLObjectType, plan.object_type)
-        steps = self._object_selection(object_type, details, None)
+        steps = self._below(plan, details, below)
         if steps is None:
             return Undefined
         try:
@@ -367,12 +388,17 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         return completed
 
     def _inline_objects(
-        self, plan: _Direct, details: Any, path: Path, result: Any, position_context: Any
+        self,
+        plan: _Direct,
+        details: Any,
+        path: Path,
+        result: Any,
+        below: list[tuple[_Step, ...] | None],
     ) -> Any:
         """An inline resolver's list of objects completed as `_execute_direct` completes it;
         Undefined where `_complete_direct` must."""
         try:
-            completed = self._complete_objects(plan, details, path, result, position_context)
+            completed = self._complete_objects(plan, details, path, result, None, below)
         except Exception as raw_error:
             self.handle_field_error(raw_error, plan.field_def.type, details, path)
             return None
@@ -511,19 +537,32 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         return Undefined
 
     def _complete_objects(
-        self, plan: _Direct, details: Any, path: Path, items: Any, position_context: Any
+        self,
+        plan: _Direct,
+        details: Any,
+        path: Path,
+        items: Any,
+        position_context: Any,
+        below: list[tuple[_Step, ...] | None] | None = None,
     ) -> Any:
-        """A list of present objects, completed as `complete_iterable_value` completes it."""
+        """A list of present objects, completed as `complete_iterable_value` completes it;
+        `below` the steps of their selection, as an inline resolver's step keeps them."""
         if type(items) is not list:
             return Undefined
         is_awaitable = self.is_awaitable
+        object_class = plan.object_class
         for item in items:
-            if item is None or isinstance(item, Exception) or is_awaitable(item):
+            if type(item) is not object_class and (
+                item is None or isinstance(item, Exception) or is_awaitable(item)
+            ):
                 return Undefined
         object_type = cast(GraphQLObjectType, plan.object_type)
         item_type = cast(GraphQLOutputType, plan.item_type)
         # The items share their selection: its steps are looked up once for the list.
-        steps = self._object_selection(object_type, details, position_context)
+        if below is None:
+            steps = self._object_selection(object_type, details, position_context)
+        else:
+            steps = self._below(plan, details, below)
         completed: list[Any] = []
         awaitable_indices: list[int] = []
         for index, item in enumerate(items):
@@ -653,7 +692,15 @@ def _direct_resolver(field_def: GraphQLField, info_class: type[Any]) -> _Direct 
         coerce=coerce,
         item_type=item_type,
         inline=info_parameter is None and not field.is_async and shape in (_OBJECT, _OBJECTS),
+        object_class=_object_class(object_type),
     )
+
+
+def _object_class(object_type: GraphQLObjectType | None) -> type[Any] | None:
+    """The Strawberry type behind `object_type`, if it is one (else nothing matches it)."""
+    definition = None if object_type is None else object_type.extensions.get(_DEFINITION)
+    origin = getattr(definition, "origin", None)
+    return origin if isinstance(origin, type) else None
 
 
 def _resolve_directly(plan: _Direct) -> Callable[[Any, Any], Any]:
