@@ -216,6 +216,9 @@ QUERIES = [
     "{ one { kids { id kids { id kids { id mandatory } } } must { id } } }",
     "{ items { id soon { id mandatory where } soonKids { id where } soonWhere } }",
     "{ one { id soon { id soonKids { id soon { id } } } soonWhere } }",
+    # Objects whose selection is plain leaves only, some failing to coerce or null where not.
+    "{ items { id maybeKids { id size } must { id size colour } child { size tags } } }",
+    "{ items { kids { id mandatory size colour } laterKids { id } } }",
 ]
 
 
