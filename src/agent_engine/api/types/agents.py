@@ -8,7 +8,6 @@ package has no import cycle).
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -81,13 +80,8 @@ class Run:
         # Made as `__init__` makes it (the same object), without its keyword call: a page makes a
         # hundred or two.
         run = cls.__new__(cls)
-        values = run.__dict__
-        values["row"] = row
-        values["owner_id"] = owner_id
-        leaves = _RUN_LEAVES if columns is None else _leaves(_RUN_LEAVES, columns)
-        for attribute, column, convert in leaves:
-            value = getattr(row, column)
-            values[attribute] = value if convert is None else convert(value)
+        run.__dict__.update(row=row, owner_id=owner_id)
+        _RUN_LEAVES.fill(run, row, columns)
         return run
 
     # The output was read with the owner's Knowledge Store access: it is the owner's alone.
@@ -161,11 +155,43 @@ def _reason(value: str | None) -> RunReason | None:
     return _REASONS[value] if value else None
 
 
-_Leaves = tuple[tuple[str, str, Callable[[Any], Any] | None], ...]
+class _LeafTable:
+    """The plain fields of a type made from a row: each field's attribute, the column it shows
+    and how (None: as it is). A whole row sets them all; a narrow one (its `columns`) only those
+    its columns show, so reading another raises AttributeError, as the row's own would."""
 
-# The plain fields of a Run: its attribute, the run row's column it shows and how (None: as it
-# is). By value from a dict for the enums: an Enum call costs ~0.6 µs, three per run of a page.
-_RUN_LEAVES: _Leaves = (
+    def __init__(self, *leaves: tuple[str, str, Callable[[Any], Any] | None]) -> None:
+        self._every = leaves
+        # By column set: the sets come from this table's own columns (finite), and a frozenset
+        # keeps its hash.
+        self._narrow: dict[frozenset[str], tuple[Any, ...]] = {}
+
+    def fill(self, made: Any, row: Any, columns: frozenset[str] | None) -> None:
+        """Set `made`'s fields from `row`, through its `__dict__` (as `__init__` would)."""
+        values = made.__dict__
+        for attribute, column, convert in self._of(columns):
+            value = getattr(row, column)
+            values[attribute] = value if convert is None else convert(value)
+
+    def _of(self, columns: frozenset[str] | None) -> tuple[Any, ...]:
+        if columns is None:
+            return self._every
+        leaves = self._narrow.get(columns)
+        if leaves is None:
+            leaves = self._narrow[columns] = tuple(
+                leaf for leaf in self._every if leaf[1] in columns
+            )
+        return leaves
+
+    def field_columns(self) -> dict[str, tuple[str, ...]]:
+        """Each field's GraphQL name and the column it shows (and `__typename`, none)."""
+        return {to_camel_case(attribute): (column,) for attribute, column, _ in self._every} | {
+            "__typename": ()
+        }
+
+
+# By value from a dict for the enums: an Enum call costs ~0.6 µs, three per run of a page.
+_RUN_LEAVES = _LeafTable(
     ("id", "id", _id),
     ("trigger", "trigger", _TRIGGERS.__getitem__),
     ("state", "state", _STATES.__getitem__),
@@ -183,15 +209,7 @@ _RUN_LEAVES: _Leaves = (
 # The Run fields a narrow run row can serve, by GraphQL name, with the columns each shows. A
 # selection of only these reads only their columns (`Viewer.agents`); any other field (output,
 # steps, agent, …) needs the whole row.
-RUN_FIELD_COLUMNS: dict[str, tuple[str, ...]] = {
-    to_camel_case(attribute): (column,) for attribute, column, _ in _RUN_LEAVES
-} | {"__typename": ()}
-
-
-@functools.lru_cache(maxsize=128)
-def _leaves(every: _Leaves, columns: frozenset[str]) -> _Leaves:
-    """The leaves of `every` whose column a narrow row has."""
-    return tuple(leaf for leaf in every if leaf[1] in columns)
+RUN_FIELD_COLUMNS = _RUN_LEAVES.field_columns()
 
 
 def _gate(row: AgentRow) -> dict[str, bool]:
@@ -218,8 +236,8 @@ class AgentRelations(NamedTuple):
 # GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
 PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
 
-# The plain fields of an Agent: its attribute, the agent row's column it shows and how.
-_AGENT_LEAVES: _Leaves = (
+# The plain fields of an Agent.
+_AGENT_LEAVES = _LeafTable(
     ("id", "id", _id),
     ("name", "name", None),
     ("description", "description", None),
@@ -233,14 +251,11 @@ _AGENT_LEAVES: _Leaves = (
 )
 # The Agent fields a page of narrow agent rows can serve (with its relations prefetched), by
 # GraphQL name, with the columns each needs; any other field needs the whole row.
-AGENT_FIELD_COLUMNS: dict[str, tuple[str, ...]] = {
-    to_camel_case(attribute): (column,) for attribute, column, _ in _AGENT_LEAVES
-} | {
+AGENT_FIELD_COLUMNS = _AGENT_LEAVES.field_columns() | {
     "model": ("model_id",),
     "tools": (),
     "activeRun": ("user_id",),  # the owner, who alone sees a run's output
     "lastRun": ("user_id",),
-    "__typename": (),
 }
 
 
@@ -275,14 +290,8 @@ class Agent:
         only the fields those columns show are set (any other raises AttributeError when read).
         Made as `__init__` makes it (the same object), without its keyword call."""
         agent = cls.__new__(cls)
-        values = agent.__dict__
-        values["row"] = row
-        values["loaders"] = loaders
-        values["relations"] = relations
-        leaves = _AGENT_LEAVES if columns is None else _leaves(_AGENT_LEAVES, columns)
-        for attribute, column, convert in leaves:
-            value = getattr(row, column)
-            values[attribute] = value if convert is None else convert(value)
+        agent.__dict__.update(row=row, loaders=loaders, relations=relations)
+        _AGENT_LEAVES.fill(agent, row, columns)
         return agent
 
     @strawberry.field
