@@ -143,12 +143,11 @@ async def spent_costs(
         return {}
     if len(owner_ids) == 1:
         (owner_id,) = owner_ids
-        cost = (
-            await conn.execute(
-                _COST_OF_OWNER_SQL,
-                {"owner_id": owner_id, "start": window.start, "end": window.end},
-            )
-        ).scalar_one()
+        ((cost,),) = await direct.fetch(
+            conn,
+            _COST_OF_OWNER_SQL,
+            {"owner_id": owner_id, "start": window.start, "end": window.end},
+        )
         return {owner_id: cost}
     rows = await conn.execute(
         _COST_BY_OWNER_SQL,
