@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, cast
 
 from graphql import (
     GraphQLEnumType,
@@ -45,12 +45,21 @@ from graphql import (
     GraphQLSchema,
 )
 from graphql.execution.executor import to_nodes
-from graphql.pyutils import Path, Undefined, gather_with_cancel
+from graphql.pyutils import Path, Undefined
 from graphql.type.definition import GraphQLResolveInfoHelpers
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
 
+from agent_engine.api.compiled import (
+    LEAF,
+    OBJECT,
+    OBJECTS,
+    Part,
+    compile_selection,
+    gathered,
+    real_path,
+)
 from agent_engine.collector import weakly
 
 # The key under which Strawberry keeps a GraphQL field's StrawberryField.
@@ -100,9 +109,6 @@ FieldPlan = _Leaf | _Direct
 
 # Result types that are never awaitable: the usual results skip `is_awaitable`'s checks.
 _SETTLED = frozenset({dict, list, str, int, float, bool, type(None)})
-
-# A selection's results by name, or a list's by index, as they are settled.
-_Settled = TypeVar("_Settled", dict[str, Any], list[Any])
 
 
 def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
@@ -161,6 +167,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
     _field_plans: FieldPlans | None = None
     _selection_steps: dict[tuple[str, int], tuple[Any, tuple[_Step, ...] | None]] | None = None
     _object_steps: dict[tuple[str, int], tuple[Any, tuple[_Step, ...] | None]] | None = None
+    _compiled_steps: dict[int, tuple[Any, Callable[..., Any] | None]] | None = None
 
     def _plans(self) -> FieldPlans:
         """The schema's field plans; none when an extension wraps the resolvers (then every
@@ -262,6 +269,10 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         the calls between: a page's thousand fields spent more on those calls than on the
         fields. Anything else takes `_execute_direct` or graphql-core's `execute_field`.
         """
+        if position_context is None:
+            complete = self._compiled(parent_type, steps)
+            if complete is not None:
+                return complete(self, source_value, path, steps)
         results: dict[str, Any] = {}
         is_awaitable = self.is_awaitable
         awaitable_fields: list[str] = []
@@ -347,7 +358,86 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             raise
         if not awaitable_fields:
             return results
-        return _gathered(results, awaitable_fields)
+        return gathered(results, awaitable_fields)
+
+    def _compiled(
+        self, parent_type: GraphQLObjectType, steps: tuple[_Step, ...], depth: int = 0
+    ) -> Callable[..., Any] | None:
+        """The compiled function of a selection (`api/compiled.py`), None where it does not
+        compile; looked up once per selection and execution."""
+        cache = self._compiled_steps
+        if cache is None:
+            cache = self._compiled_steps = {}
+        cached = cache.get(id(steps))
+        if cached is not None and cached[0] is steps:
+            return cached[1]
+        complete = self._compile(parent_type, steps, depth)
+        cache[id(steps)] = (steps, complete)
+        return complete
+
+    def _compile(
+        self, parent_type: GraphQLObjectType, steps: tuple[_Step, ...], depth: int
+    ) -> Callable[..., Any] | None:
+        if depth > _MAX_COMPILED_DEPTH:
+            return None
+        parts: list[Part] = []
+        for step in steps:
+            plan = step.plan
+            if type(plan) is _Leaf:
+                parts.append(Part(LEAF, step.response_name, plan.attribute, plan, None))
+                continue
+            if type(plan) is not _Direct or not plan.inline or plan.object_class is None:
+                return None
+            object_type = cast(GraphQLObjectType, plan.object_type)
+            below = self._below(plan, step.field_details_list, step.below)
+            nested = None if below is None else self._compiled(object_type, below, depth + 1)
+            if nested is None:
+                return None
+            kind = OBJECT if plan.shape == _OBJECT else OBJECTS
+            parts.append(Part(kind, step.response_name, "", plan, nested))
+        return _compiled_selection(parent_type, parts)
+
+    def _slow_leaf(
+        self, parent_type: GraphQLObjectType, source: Any, path: Any, step: _Step
+    ) -> Any:
+        """A compiled selection's plain leaf that was not usual: the standard path's answer."""
+        field_path = Path(real_path(path), step.response_name, parent_type.name)
+        return self.execute_field(parent_type, source, step.field_details_list, field_path, None)
+
+    def _inline_failed(
+        self, raw_error: Exception, parent_type: GraphQLObjectType, path: Any, step: _Step
+    ) -> None:
+        """A compiled selection's inline resolver raised: handled as the field's error."""
+        plan = cast(_Direct, step.plan)
+        field_path = Path(real_path(path), step.response_name, parent_type.name)
+        self.handle_field_error(raw_error, plan.field_def.type, step.field_details_list, field_path)
+
+    def _nested_failed(
+        self, raw_error: Exception, return_type: GraphQLOutputType, step: _Step, path: Any
+    ) -> None:
+        """An object (or list) a compiled selection completed raised: handled at `path`."""
+        at = cast(Path, real_path(path))
+        self.handle_field_error(raw_error, return_type, step.field_details_list, at)
+
+    def _slow_inline(
+        self, parent_type: GraphQLObjectType, path: Any, step: _Step, result: Any
+    ) -> Any:
+        """A compiled selection's inline resolver returned something unusual: completed as
+        `_execute_steps` completes it, with the result in hand."""
+        plan = cast(_Direct, step.plan)
+        details = step.field_details_list
+        field_path = Path(real_path(path), step.response_name, parent_type.name)
+        if result is None and not plan.non_null:
+            return None
+        if plan.shape == _OBJECT:
+            completed = self._inline_object(plan, details, field_path, result, step.below)
+        else:
+            completed = self._inline_objects(plan, details, field_path, result, step.below)
+        if completed is Undefined:
+            completed = self._complete_direct(
+                plan, parent_type, details, field_path, result, None, None
+            )
+        return completed
 
     def _below(
         self, plan: _Direct, details: Any, below: list[tuple[_Step, ...] | None]
@@ -563,28 +653,59 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
             steps = self._object_selection(object_type, details, position_context)
         else:
             steps = self._below(plan, details, below)
+        # A compiled selection takes each item's path as a plain tuple, made a `Path` only if
+        # something needs one.
+        complete = None if steps is None else self._compiled(object_type, steps)
         completed: list[Any] = []
         awaitable_indices: list[int] = []
         for index, item in enumerate(items):
-            item_path = path.add_key(index, None)
             try:
-                if steps is None:
+                if complete is not None:
+                    value = complete(self, item, (path, index, None), steps)
+                elif steps is None:
                     value = self.collect_and_execute_subfields(
-                        object_type, details, item_path, item, position_context
+                        object_type, details, path.add_key(index, None), item, position_context
                     )
                 else:
-                    value = self._execute_steps(object_type, item, item_path, steps, None)
+                    value = self._execute_steps(
+                        object_type, item, path.add_key(index, None), steps, None
+                    )
             except Exception as raw_error:
-                self.handle_field_error(raw_error, item_type, details, item_path)
+                self.handle_field_error(raw_error, item_type, details, path.add_key(index, None))
                 value = None
             else:
                 if type(value) is not dict and is_awaitable(value):
-                    value = self._await_completed(value, item_type, details, item_path)
+                    value = self._await_completed(
+                        value, item_type, details, path.add_key(index, None)
+                    )
                     awaitable_indices.append(index)
             completed.append(value)
         if not awaitable_indices:
             return completed
-        return _gathered(completed, awaitable_indices)
+        return gathered(completed, awaitable_indices)
+
+
+# Selections nested deeper are walked, not compiled.
+_MAX_COMPILED_DEPTH = 12
+# Compiled selections by shape: the parent type, then each step's key, plan and nested function
+# (by identity, each kept alive by the entry so no identity is reused while it is cached).
+_COMPILED: dict[tuple[Any, ...], tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+_MAX_COMPILED = 512
+
+
+def _compiled_selection(parent_type: GraphQLObjectType, parts: list[Part]) -> Callable[..., Any]:
+    """The function of a selection of this shape: compiled once per process and shape (the
+    shapes a client sends are few; past `_MAX_COMPILED` the cache starts again)."""
+    kept = (parent_type, *((part.plan, part.nested) for part in parts))
+    key = (id(parent_type), *((part.key, id(part.plan), id(part.nested)) for part in parts))
+    cached = _COMPILED.get(key)
+    if cached is not None:
+        return cached[0]
+    if len(_COMPILED) >= _MAX_COMPILED:
+        _COMPILED.clear()
+    complete = compile_selection(parent_type.name, parent_type, parts)
+    _COMPILED[key] = (complete, kept)
+    return complete
 
 
 def _plan_for(plans: dict[str, FieldPlan], field_details_list: Any) -> FieldPlan | None:
@@ -597,19 +718,6 @@ def _plan_for(plans: dict[str, FieldPlan], field_details_list: Any) -> FieldPlan
         if directives and any(d.name.value not in _COLLECTION_DIRECTIVES for d in directives):
             return None
     return plan
-
-
-async def _gathered(results: _Settled, awaiting: list[Any]) -> _Settled:
-    """As graphql-core's `execute_fields` and `complete_iterable_value` settle the fields (by
-    name) or items (by index) that returned awaitables."""
-    if len(awaiting) == 1:
-        key = awaiting[0]
-        results[key] = await results[key]
-    else:
-        settled = await gather_with_cancel(*(results[key] for key in awaiting))
-        for key, value in zip(awaiting, settled, strict=True):
-            results[key] = value
-    return results
 
 
 def _coerced(coerce: Callable[[Any], Any], value: Any) -> Any:

@@ -219,6 +219,13 @@ QUERIES = [
     # Objects whose selection is plain leaves only, some failing to coerce or null where not.
     "{ items { id maybeKids { id size } must { id size colour } child { size tags } } }",
     "{ items { kids { id mandatory size colour } laterKids { id } } }",
+    # Compiled selections (every field a plain leaf or an inline resolver, nested alike): usual
+    # objects, an awaitable object and list item, null in a non-null field below, a resolver
+    # that raises, a coercion that fails, aliases.
+    "{ items { id child { id size child { id size } } maybeKids { id child { size } }"
+    " laterKid { id } laterKids { id } must { id mandatory } } }",
+    "{ items { c: child { mandatory size } fails { id } square { side } maybeKids { id } } }",
+    "{ items { id maybeKids { id must { id size } } } }",
 ]
 
 
@@ -239,6 +246,20 @@ async def test_the_fast_executor_answers_as_the_standard_one(query: str) -> None
     got = _answer(await fast.execute(query))
     assert got == expected
     assert got["data"] is not None
+
+
+async def test_selections_of_leaves_and_inline_resolvers_are_compiled() -> None:
+    """The shortcut the page takes (`api/compiled.py`) is the one these documents exercise."""
+    from agent_engine.api import execution
+
+    _, fast = _schemas()
+    execution._COMPILED.clear()
+    result = await fast.execute("{ items { id child { id child { id } } maybeKids { id } } }")
+    assert result.data is not None
+    compiled = {key[0]: entry for key, entry in execution._COMPILED.items()}
+    # Query { items }, Item { id child maybeKids }, Item { id child }, Item { id }
+    assert len(execution._COMPILED) == 4
+    assert id(fast._schema.query_type) in compiled
 
 
 async def test_null_in_a_non_null_leaf_and_a_bad_int_are_errors_with_their_paths() -> None:
