@@ -17,6 +17,7 @@ spread many times cannot make the estimate itself expensive.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,6 +225,63 @@ def _field_definition(parent: GraphQLNamedType, name: str) -> GraphQLField | Non
 # --- the guard ----------------------------------------------------------------------------------
 
 
+class KnownCosts:
+    """Estimates already made, by document (the parsed documents the guards cache are the same
+    objects request after request), operation and variables: a page sent again is not estimated
+    again. Only variables of plain values are remembered, at most `PER_DOCUMENT` sets per
+    document; a document's estimates go with it. Documents are told apart by identity: a node
+    hashes its whole tree (by value) on every call."""
+
+    PER_DOCUMENT = 16
+
+    def __init__(self) -> None:
+        self._costs: dict[int, tuple[weakref.ref[DocumentNode], dict[Any, int]]] = {}
+
+    @staticmethod
+    def _key(operation_name: str | None, variables: Mapping[str, Any]) -> Any:
+        if any(type(value) not in _PLAIN for value in variables.values()):
+            return None
+        # By type too: 1 and True are equal keys, not the same variables.
+        return (operation_name, *sorted((k, type(v).__name__, v) for k, v in variables.items()))
+
+    def get(
+        self, document: DocumentNode, operation_name: str | None, variables: Mapping[str, Any]
+    ) -> int | None:
+        entry = self._costs.get(id(document))
+        if entry is None or entry[0]() is not document:
+            return None
+        key = self._key(operation_name, variables)
+        return None if key is None else entry[1].get(key)
+
+    def put(
+        self,
+        document: DocumentNode,
+        operation_name: str | None,
+        variables: Mapping[str, Any],
+        cost: int,
+    ) -> None:
+        key = self._key(operation_name, variables)
+        if key is None:
+            return
+        entry = self._costs.get(id(document))
+        if entry is None or entry[0]() is not document:
+            # Forgotten when the document is collected (before its id can be reused).
+            at, every = id(document), self._costs
+
+            def forget(_: weakref.ref[DocumentNode]) -> None:
+                every.pop(at, None)
+
+            entry = self._costs[at] = (weakref.ref(document, forget), {})
+        costs = entry[1]
+        if len(costs) >= self.PER_DOCUMENT:
+            costs.clear()
+        costs[key] = cost
+
+
+# Variable values an estimate is remembered for (hashable, compared by value).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 class QueryCostLimiter(SchemaExtension):
     """Refuses a document whose estimated cost exceeds `max_cost`, before it executes.
 
@@ -233,9 +291,10 @@ class QueryCostLimiter(SchemaExtension):
     should not.
     """
 
-    def __init__(self, *, max_cost: int, model: CostModel) -> None:
+    def __init__(self, *, max_cost: int, model: CostModel, known: KnownCosts | None = None) -> None:
         self.max_cost = max_cost
         self.model = model
+        self.known = known
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
@@ -243,13 +302,19 @@ class QueryCostLimiter(SchemaExtension):
         # Strawberry's own ValidationCache extension reads the GraphQL schema here too.
         schema = getattr(context.schema, "_schema", None)
         if document is not None and isinstance(schema, GraphQLSchema):
-            cost = estimate_cost(
-                schema,
-                document,
-                self.model,
-                operation_name=context.operation_name,
-                variables=context.variables or {},
-            )
+            variables = context.variables or {}
+            known = self.known
+            cost = None if known is None else known.get(document, context.operation_name, variables)
+            if cost is None:
+                cost = estimate_cost(
+                    schema,
+                    document,
+                    self.model,
+                    operation_name=context.operation_name,
+                    variables=variables,
+                )
+                if known is not None:
+                    known.put(document, context.operation_name, variables, cost)
             if cost > self.max_cost:
                 # Set as the validation's result: graphql-core's rules are skipped (and so is a
                 # cached validation of the same document with smaller pages).

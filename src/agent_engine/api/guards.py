@@ -36,7 +36,7 @@ from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaEx
 from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
 from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
-from agent_engine.api.cost import CostModel, QueryCostLimiter
+from agent_engine.api.cost import CostModel, KnownCosts, QueryCostLimiter
 from agent_engine.api.errors import BAD_USER_INPUT, PAYLOAD_TOO_LARGE, UNAUTHENTICATED, BadUserInput
 from agent_engine.settings import Settings
 
@@ -82,7 +82,12 @@ def document_guards(settings: Settings) -> list[Callable[[], SchemaExtension]]:
     return [
         # Before the guards' validation: a document over the cost is not validated at all, and a
         # cached validation does not skip the cost of this request's pages.
-        partial(QueryCostLimiter, max_cost=settings.max_query_cost, model=cost_model(settings)),
+        partial(
+            QueryCostLimiter,
+            max_cost=settings.max_query_cost,
+            model=cost_model(settings),
+            known=KnownCosts(),
+        ),
         partial(DocumentGuards, rules=rules),
     ]
 
@@ -215,7 +220,9 @@ class DocumentGuards(SchemaExtension):
         if context.query and self.rules.valid.get(context.query, anonymous) is not None:
             if context.pre_execution_errors is None:
                 context.pre_execution_errors = []  # validated before: graphql-core skips it
-            self._refuse_nul_characters()
+            # Its literals were looked at when it was validated: a document with a NUL character
+            # in one is never cached as valid.
+            self._refuse_nul_characters(literals=False)
             yield
             return
         document = context.graphql_document
@@ -235,24 +242,29 @@ class DocumentGuards(SchemaExtension):
                 MaybeNullValidationRule,
                 OneOfInputValidationRule,
             )
+        validated = False
         if document is not None and context.pre_execution_errors is None:
             # Validated here rather than by Strawberry: graphql-core hides its suggestions only
             # when asked.
             context.pre_execution_errors = validate(
                 context.schema._schema, document, rules, hide_suggestions=anonymous
             )
-            if context.query and context.pre_execution_errors == [] and not anonymous:
-                self.rules.valid.put(context.query, True, anonymous)
-        self._refuse_nul_characters()
+            validated = True
+        self._refuse_nul_characters(literals=True)
+        if validated and context.query and context.pre_execution_errors == [] and not anonymous:
+            self.rules.valid.put(context.query, True, anonymous)
         yield
 
-    def _refuse_nul_characters(self) -> None:
-        """A valid document whose input holds a NUL character is refused before it executes."""
+    def _refuse_nul_characters(self, *, literals: bool) -> None:
+        """A valid document whose input (its variables; its literals when `literals`) holds a
+        NUL character is refused before it executes."""
         context = self.execution_context
         if context.pre_execution_errors:
             return
         where = _nul_in_variables(context.variables) or (
-            _nul_in_literals(context.graphql_document) if context.graphql_document else None
+            _nul_in_literals(context.graphql_document)
+            if literals and context.graphql_document
+            else None
         )
         if where is not None:
             context.pre_execution_errors = [

@@ -139,7 +139,8 @@ async def test_a_nul_character_in_any_text_is_bad_user_input_naming_the_field(
     assert "NUL" in body["errors"][0]["message"]
     # The same in a literal of the document.
     literal = 'mutation { createAgent(input: {name: "n", prompt: "u\\u0000x"}) { id } }'
-    assert bad_input_field(await api.body(literal, as_user=OWNER)) == "input.prompt"
+    for _ in range(2):  # the second time too (a document refused is never cached as valid)
+        assert bad_input_field(await api.body(literal, as_user=OWNER)) == "input.prompt"
     assert (await api.data("{ viewer { agents { id } } }", as_user=OWNER)) == {
         "viewer": {"agents": []}
     }

@@ -10,8 +10,16 @@ import pytest
 import strawberry
 from graphql import GraphQLSchema, parse
 from graphql import build_schema as build_sdl_schema
+from strawberry.extensions import ParserCache
 
-from agent_engine.api.cost import DEFAULT_LIST_CAP, CostModel, QueryCostLimiter, estimate_cost
+from agent_engine.api import cost as cost_module
+from agent_engine.api.cost import (
+    DEFAULT_LIST_CAP,
+    CostModel,
+    KnownCosts,
+    QueryCostLimiter,
+    estimate_cost,
+)
 from agent_engine.api.errors import GRAPHQL_VALIDATION_FAILED
 from agent_engine.api.guards import MAX_PAGE_SIZE, cost_model
 from agent_engine.api.schema import export_sdl
@@ -186,3 +194,47 @@ def test_a_document_at_the_limit_runs_and_one_over_is_refused_before_it_runs() -
     assert error["extensions"] == {"code": GRAPHQL_VALIDATION_FAILED, "cost": 6, "maxCost": 5}
     assert error["message"].startswith("the query's estimated cost is 6, over the limit of 5")
     assert RESOLVED == [5]
+
+
+def test_an_estimate_is_remembered_by_document_operation_and_variables() -> None:
+    """A page sent again (the guards hand back the same parsed document) is not estimated again,
+    and no other request is answered with its estimate."""
+    known = KnownCosts()
+    document = parse("query Page($n: Int!) { items(first: $n) { id } }")
+    known.put(document, "Page", {"n": 5}, 5)
+    assert known.get(document, "Page", {"n": 5}) == 5
+    assert known.get(document, "Page", {"n": 6}) is None
+    assert known.get(document, "Page", {"n": True}) is None  # equal to 1 in Python, not here
+    assert known.get(document, None, {"n": 5}) is None
+    again = parse("query Page($n: Int!) { items(first: $n) { id } }")
+    assert known.get(again, "Page", {"n": 5}) is None  # another document
+    known.put(document, "Page", {"n": [5]}, 5)  # not plain values: not remembered
+    assert known.get(document, "Page", {"n": [5]}) is None
+
+
+def test_a_remembered_estimate_still_refuses_a_page_over_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    estimates: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> int:
+        estimates.append(cost := estimate_cost(*args, **kwargs))
+        return cost
+
+    monkeypatch.setattr(cost_module, "estimate_cost", counted)
+    known = KnownCosts()
+    limiter = strawberry.Schema(
+        query=Query,
+        extensions=[
+            ParserCache,  # the same document object for the same text, as the guards' cache
+            lambda: QueryCostLimiter(max_cost=5, model=CostModel(max_page_size=10), known=known),
+        ],
+    )
+    RESOLVED.clear()
+    page = "query($n: Int!) { items(first: $n) { id } }"
+    for _ in range(2):
+        assert limiter.execute_sync(page, {"n": 5}).errors is None
+        refused = limiter.execute_sync(page, {"n": 6})
+        assert refused.errors is not None and "over the limit of 5" in refused.errors[0].message
+    assert RESOLVED == [5, 5]
+    assert estimates == [5, 6]  # each estimated once
