@@ -28,7 +28,10 @@ def create_engine(
     A pool has `pool_size` connections plus as many overflow ones, which SQLAlchemy closes when
     they come back while the pool is full. `keep_connections` (the api) keeps all of them open
     instead: under a burst of concurrent requests the overflow was opened and closed again for
-    nearly every request (a new PostgreSQL session each time); the ceiling stays the same.
+    nearly every request (a new PostgreSQL session each time); the ceiling stays the same. Its
+    pool hands out the connection used last (LIFO): at low load a request's statements go to a
+    backend that just ran, not the one idle longest (4 same-moment pairs of 300 single pages
+    after a 32-client burst: p50 ÷ raw 1.36 against 1.42 in turn; bench/README).
     """
     size = pool_size or settings.db_pool_size
     return create_engine_for_url(
@@ -36,17 +39,24 @@ def create_engine(
         pool_size=2 * size if keep_connections else size,
         max_overflow=0 if keep_connections else size,
         pre_ping=pre_ping,
+        lifo=keep_connections,
     )
 
 
 def create_engine_for_url(
-    url: str, *, pool_size: int = 10, pre_ping: bool = True, max_overflow: int | None = None
+    url: str,
+    *,
+    pool_size: int = 10,
+    pre_ping: bool = True,
+    max_overflow: int | None = None,
+    lifo: bool = False,
 ) -> AsyncEngine:
     engine = create_async_engine(
         to_asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_recycle=1800,
+        pool_use_lifo=lifo,
     )
     if pre_ping:
         # Survives a database restart without an error. Not SQLAlchemy's pool_pre_ping: the
