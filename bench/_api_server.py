@@ -144,7 +144,7 @@ async def _raw(send: Send, body: bytes) -> None:
 def main() -> None:
     settings = load_settings()
     # As the api process (api/app.py).
-    engine = create_engine(settings, pre_ping=True, keep_connections=True)
+    engine = create_engine(settings, pre_ping=True, keep_connections=True, lifo=True)
 
     def count(*_: Any) -> None:
         wrapped.statements += 1

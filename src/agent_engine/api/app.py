@@ -353,7 +353,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         own_engine = engine is None
         active = (
-            create_engine(settings, pre_ping=True, keep_connections=True)
+            create_engine(settings, pre_ping=True, keep_connections=True, lifo=True)
             if engine is None
             else engine
         )
