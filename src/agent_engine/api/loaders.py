@@ -256,7 +256,7 @@ class _Reads:
     def __init__(self, engine: AsyncEngine, *, now: datetime) -> None:
         self._engine = engine
         self._now = now
-        self._platform: asyncio.Task[PlatformSettings] | None = None
+        self._platform: asyncio.Future[PlatformSettings] | None = None
         self._stored_platform: dict[str, Any] | None = None
         self._conn: AsyncConnection | None = None
         self._turn = asyncio.Lock()
@@ -266,7 +266,15 @@ class _Reads:
 
     async def platform(self) -> PlatformSettings:
         if self._platform is None:
-            self._platform = asyncio.ensure_future(self._load_platform())
+            if self._stored_platform is not None:
+                # Read with the viewer (the usual case): parsed now, no task to schedule.
+                self._platform = asyncio.get_running_loop().create_future()
+                try:
+                    self._platform.set_result(PlatformSettings.from_rows(self._stored_platform))
+                except Exception as error:  # as the task would hold it
+                    self._platform.set_exception(error)
+            else:
+                self._platform = asyncio.ensure_future(self._load_platform())
         return await asyncio.shield(self._platform)
 
     async def release(self) -> None:
@@ -321,8 +329,6 @@ class _Reads:
         self._stored_platform = None
 
     async def _load_platform(self) -> PlatformSettings:
-        if self._stored_platform is not None:
-            return PlatformSettings.from_rows(self._stored_platform)
         async with self.connection() as conn:
             return await load_platform_settings(conn)
 
