@@ -24,6 +24,11 @@ else takes the standard path:
   `complete_value` with the same resolve info, and the resolver is not called again. An
   exception is handled as graphql-core handles it.
 
+- **A compiled selection** — every field a plain leaf or an inline resolver (synchronous, no
+  `Info`, an object or a list of objects), the selections below alike — runs as one generated
+  function per shape (`api/compiled.py`): the usual case in straight-line code, anything else
+  handed back to the methods here for that one field.
+
 Results, errors and their paths are the same as graphql-core's and Strawberry's own
 (`tests/unit/api/test_execution.py` compares them); the whole API suite runs on this executor.
 """
