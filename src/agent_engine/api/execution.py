@@ -835,6 +835,15 @@ def _resolve_directly(plan: _Direct) -> Callable[[Any, Any], Any]:
     return resolve
 
 
+def field_nodes(info: Any) -> list[Any]:
+    """The field nodes of a resolver's `Info`, without building graphql-core's resolve info when
+    `Executor` made the `Info` lazily."""
+    place = getattr(info, "_place", None)
+    if place is not None:
+        return to_nodes(place[1])
+    return list(info._raw_info.field_nodes)
+
+
 def _lazy_info(info_class: type[Any]) -> type[Any]:
     """The schema's `Info` class as `Executor` hands it to a resolver it calls directly: made from
     the field's place, graphql-core's resolve info built on first use. Most resolvers of a page

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
+from agent_engine.api.execution import field_nodes
 from agent_engine.api.loaders import Loaders
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.types.agents import (
@@ -34,14 +36,14 @@ class Viewer:
     @described(description="The viewer's own agents, oldest first.")
     async def agents(self, info: Info) -> list[Agent]:
         loaders = info.context.loaders
-        fields = _fields_below(info.selected_fields)
-        if not PREFETCHED_AGENT_FIELDS.intersection(field.name for field in fields):
+        shape = _page_shape(info)
+        if not shape.prefetch:
             rows = await self._whole_agents(loaders)
             return [Agent.from_row(r, loaders) for r in rows]
         # The whole page's relations at once, one statement each, so the per-agent fields need
         # no awaiting (see `awaited_later`); the agents and their runs as narrow rows when the
         # page shows only columns of them.
-        agent_columns = _columns(fields, AGENT_FIELD_COLUMNS)
+        agent_columns, run_columns = shape.agent_columns, shape.run_columns
         if agent_columns is None:
             rows = await self._whole_agents(loaders)
         else:
@@ -50,8 +52,6 @@ class Viewer:
             return []
         ids = [r.id for r in rows]
         model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
-        runs = [field for field in fields if field.name in ("lastRun", "activeRun")]
-        run_columns = _columns(_fields_below(runs), RUN_FIELD_COLUMNS)
         found = await loaders.page_relations(ids, model_ids, run_columns)
         models = {model_id: AgentModel.from_row(model) for model_id, model in found.models.items()}
         tools: dict[int, Tool] = {}
@@ -90,6 +90,41 @@ class Viewer:
     async def budget_alerts(self, info: Info) -> list[BudgetAlert]:
         alerts = await info.context.loaders.alerts_this_week.load(self.viewer_id)
         return [BudgetAlert.from_value(alert) for alert in alerts]
+
+
+class _PageShape(NamedTuple):
+    """What a selection of `agents` needs: its relations prefetched (it shows one of them), and
+    the columns its agents and their runs show (None: whole rows)."""
+
+    prefetch: bool
+    agent_columns: frozenset[str] | None
+    run_columns: frozenset[str] | None
+
+
+# Shapes by the `agents` field's nodes: a document served from the guards' cache brings the same
+# node objects each time, and a shape depends on the document alone (field names, through
+# fragments). The nodes are kept beside their shape, so no id is reused while it is cached.
+_SHAPES: dict[tuple[int, ...], tuple[tuple[Any, ...], _PageShape]] = {}
+_MAX_SHAPES = 256
+
+
+def _page_shape(info: Info) -> _PageShape:
+    nodes = tuple(field_nodes(info))
+    key = tuple(map(id, nodes))
+    cached = _SHAPES.get(key)
+    if cached is not None and all(a is b for a, b in zip(cached[0], nodes, strict=True)):
+        return cached[1]
+    fields = _fields_below(info.selected_fields)
+    runs = [field for field in fields if field.name in ("lastRun", "activeRun")]
+    shape = _PageShape(
+        prefetch=bool(PREFETCHED_AGENT_FIELDS.intersection(field.name for field in fields)),
+        agent_columns=_columns(fields, AGENT_FIELD_COLUMNS),
+        run_columns=_columns(_fields_below(runs), RUN_FIELD_COLUMNS),
+    )
+    if len(_SHAPES) >= _MAX_SHAPES:
+        _SHAPES.clear()
+    _SHAPES[key] = (nodes, shape)
+    return shape
 
 
 def _fields_below(fields: Sequence[Selection]) -> list[SelectedField]:
