@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import keyword
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from graphql.pyutils import Path, Undefined, gather_with_cancel
 
@@ -44,19 +44,14 @@ def real_path(path: Any) -> Path | None:
     return Path(real_path(prev), key, typename)
 
 
-class Part:
+class Part(NamedTuple):
     """One step of a selection as the compiler takes it."""
 
-    __slots__ = ("attribute", "key", "kind", "nested", "plan")
-
-    def __init__(
-        self, kind: str, key: str, attribute: str, plan: Any, nested: Callable[..., Any] | None
-    ) -> None:
-        self.kind = kind
-        self.key = key
-        self.attribute = attribute
-        self.plan = plan
-        self.nested = nested
+    kind: str  # LEAF, OBJECT or OBJECTS
+    key: str  # the response key
+    attribute: str  # a leaf's Python attribute
+    plan: Any  # the step's plan (`execution._Leaf` or `execution._Direct`)
+    nested: Callable[..., Any] | None  # the objects' selection, compiled
 
 
 def compile_selection(typename: str, parent_type: Any, parts: Sequence[Part]) -> Callable[..., Any]:
