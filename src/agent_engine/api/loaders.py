@@ -195,32 +195,43 @@ class Loaders:
         model_ids: Sequence[int],
         run_columns: Collection[str] | None = None,
     ) -> PageRelations:
-        """Everything a page of agents shows about each, one statement per kind of row.
+        """Everything a page of agents shows about each, one statement per kind of row, in one
+        turn of the request's connection (`_page_turn`).
 
         The same statements as the per-agent loaders, called directly: a page asks for all of
         its keys at once, so a future per key and agent (DataLoader) would only cost CPU. With
         `run_columns`, the runs are narrow rows of those columns (`runs.active_and_last_runs`).
         """
-        reads = self._reads
-        models = {r.id: r for r in await reads.fetch(catalog.models_by_id, model_ids)}
-        tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
-        for agent_id, tool in await reads.fetch(catalog.tools_of_agents, agent_ids):
-            tools[agent_id].append(tool)
-        async with reads.connection() as conn:
-            active_runs, last_runs = await runs_db.active_and_last_runs(
-                conn, agent_ids, run_columns
-            )
-        active = {r.agent_id: r for r in active_runs}
-        last = {r.agent_id: r for r in last_runs}
-        return PageRelations(models, tools, active, last)
+        async with self._page_turn() as conn:
+            return await _page_relations(conn, agent_ids, model_ids, run_columns)
 
-    async def narrow_agents_of_owner(
-        self, owner_id: int, columns: Collection[str]
-    ) -> list[AgentRow]:
-        """The owner's live agents as narrow rows of `columns` (`agents.live_agents_of_owners`):
-        never primed, since `agent` answers whole rows."""
+    async def narrow_page(
+        self,
+        owner_id: int,
+        agent_columns: Collection[str],
+        run_columns: Collection[str] | None,
+    ) -> tuple[list[AgentRow], PageRelations]:
+        """The owner's live agents as narrow rows of `agent_columns` (never primed, since `agent`
+        answers whole rows) and their relations (`page_relations`), in one turn."""
+        async with self._page_turn() as conn:
+            rows = await agents_db.live_agents_of_owners(conn, [owner_id], agent_columns)
+            if not rows:
+                return rows, PageRelations({}, {}, {}, {})
+            model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
+            found = await _page_relations(conn, [r.id for r in rows], model_ids, run_columns)
+        return rows, found
+
+    @contextlib.asynccontextmanager
+    async def _page_turn(self) -> AsyncIterator[AsyncConnection]:
+        """The request's connection for all of a page's reads, one after the other with no
+        other read of the request between them. A read that waited meanwhile (the viewer's
+        budget, which nothing else waits for) is then let send its statement before the page's
+        objects are made and completed, so the database answers it while the api works: at one
+        client that hides the budget's statement behind the page's CPU instead of adding it
+        to the page's wait."""
         async with self._reads.connection() as conn:
-            return await agents_db.live_agents_of_owners(conn, [owner_id], columns)
+            yield conn
+        await asyncio.sleep(0)  # the waiting read's task runs up to its statement's answer
 
     def prime_agent(self, row: AgentRow) -> None:
         """An agent row read for the request: `agent` answers it without a statement (kept
@@ -392,6 +403,22 @@ class _Reads:
         async with self.connection() as conn:
             alerts = await alerts_of_owners(conn, list(owner_ids), window_start=window.start)
         return [alerts.get(i, []) for i in owner_ids]
+
+
+async def _page_relations(
+    conn: AsyncConnection,
+    agent_ids: Sequence[int],
+    model_ids: Sequence[int],
+    run_columns: Collection[str] | None,
+) -> PageRelations:
+    models = {r.id: r for r in await catalog.models_by_id(conn, model_ids)}
+    tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
+    for agent_id, tool in await catalog.tools_of_agents(conn, agent_ids):
+        tools[agent_id].append(tool)
+    active_runs, last_runs = await runs_db.active_and_last_runs(conn, agent_ids, run_columns)
+    active = {r.agent_id: r for r in active_runs}
+    last = {r.agent_id: r for r in last_runs}
+    return PageRelations(models, tools, active, last)
 
 
 def _keyed(fetch: Fetch[T], key: Callable[[T], int]) -> Fetch[tuple[int, T]]:

@@ -46,13 +46,15 @@ class Viewer:
         agent_columns, run_columns = shape.agent_columns, shape.run_columns
         if agent_columns is None:
             rows = await self._whole_agents(loaders)
+            if not rows:
+                return []
+            model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
+            found = await loaders.page_relations([r.id for r in rows], model_ids, run_columns)
         else:
-            rows = await loaders.narrow_agents_of_owner(self.viewer_id, agent_columns)
-        if not rows:
-            return []
+            rows, found = await loaders.narrow_page(self.viewer_id, agent_columns, run_columns)
+            if not rows:
+                return []
         ids = [r.id for r in rows]
-        model_ids = sorted({r.model_id for r in rows if r.model_id is not None})
-        found = await loaders.page_relations(ids, model_ids, run_columns)
         models = {model_id: AgentModel.from_row(model) for model_id, model in found.models.items()}
         tools: dict[int, Tool] = {}
         return [
