@@ -82,6 +82,46 @@ async def test_statement_count_is_the_same_for_10_and_100_agents(
     assert 0 < counts[100] <= 12, counts
 
 
+async def test_a_page_reads_its_agents_and_their_relations_before_the_budget(
+    api: Api, factories: Factories, engine: AsyncEngine
+) -> None:
+    """The page's reads go in one turn of the request's connection, the budget after them: its
+    statement is answered while the page is completed (`Loaders._page_turn`)."""
+    owner = 54
+    await factories.user(id=owner)
+    await _agents_with_relations(factories, owner, 3)
+    await api.data("{ viewer { isAdmin } }", None, as_user=owner)
+    database = engine.url.database
+    assert database is not None
+    # The budget asked for first: its read still goes after the page's.
+    page = (
+        "{ viewer { budget { usedTokens } agents { model { id } tools { id } lastRun { id } } } }"
+    )
+    with counting_statements(database) as statements:
+        data = await api.data(page, None, as_user=owner)
+    assert isinstance(data["viewer"]["budget"]["usedTokens"], int)
+    assert [a["lastRun"] is not None for a in data["viewer"]["agents"]] == [True] * 3
+    kinds = [
+        next(
+            (kind for word, kind in _KINDS if word in statement),
+            "other",
+        )
+        for statement in statements
+    ]
+    assert kinds == ["viewer", "agents", "models", "tools", "runs", "budget"], kinds
+
+
+# The page's statements by a word only each has.
+_KINDS = (
+    ("JOIN users", "viewer"),
+    ("SUM(", "budget"),
+    ("FROM agent_models", "models"),
+    ("FROM agent_tools", "tools"),
+    ("FROM agent_runs", "runs"),
+    ("FROM agents", "agents"),
+)
+
+
 RUNS_PAGE = """query($id: ID!) { agent(id: $id) { deliveryTargets { name }
   runs(first: 100) { edges { node { id promptTokens
     steps { index kind name output } deliveries { status target { name } } } } } } }"""
