@@ -48,7 +48,7 @@ from agent_engine.api.auth import (
     viewer_of,
 )
 from agent_engine.api.context import Context
-from agent_engine.api.encoding import dumps_bytes
+from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import PAYLOAD_TOO_LARGE, ApiError, Unauthenticated
 from agent_engine.api.graphql_http import (
     APPLICATION_JSON,
@@ -151,9 +151,9 @@ class GraphQLView(GraphQL[Context, None]):
         self.clock = clock
         self.max_document_bytes = settings.max_document_bytes
 
-    def encode_json(self, data: object) -> bytes:
-        # Strawberry sends bytes as they are (a response body) and decodes them where it needs text.
-        return dumps_bytes(data)
+    def encode_json(self, data: object) -> str:
+        # Text, not bytes: the WebSocket transport sends bytes as binary frames.
+        return dumps(data)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -15,11 +15,3 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:
         return json.dumps(value, separators=(",", ":"))
-
-
-def dumps_bytes(value: Any) -> bytes:
-    """`dumps` as the bytes a response body sends (no str made and encoded again)."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(value, separators=(",", ":")).encode()
