@@ -26,7 +26,7 @@ from strawberry.dataloader import DataLoader
 
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db
-from agent_engine.db import catalog, deliveries, run_steps
+from agent_engine.db import catalog, deliveries, pages, run_steps
 from agent_engine.db import runs as runs_db
 from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db import users as users_db
@@ -195,11 +195,11 @@ class Loaders:
         model_ids: Sequence[int],
         run_columns: Collection[str] | None = None,
     ) -> PageRelations:
-        """Everything a page of agents shows about each, one statement per kind of row, in one
+        """Everything a page of agents shows about each, in one statement (`db.pages`) and one
         turn of the request's connection (`_page_turn`).
 
-        The same statements as the per-agent loaders, called directly: a page asks for all of
-        its keys at once, so a future per key and agent (DataLoader) would only cost CPU. With
+        The rows of the per-agent loaders, read directly: a page asks for all of its keys at
+        once, so a future per key and agent (DataLoader) would only cost CPU. With
         `run_columns`, the runs are narrow rows of those columns (`runs.active_and_last_runs`).
         """
         async with self._page_turn() as conn:
@@ -411,14 +411,16 @@ async def _page_relations(
     model_ids: Sequence[int],
     run_columns: Collection[str] | None,
 ) -> PageRelations:
-    models = {r.id: r for r in await catalog.models_by_id(conn, model_ids)}
+    found = await pages.page_relations(conn, agent_ids, model_ids, run_columns)
     tools: dict[int, list[ToolRow]] = {i: [] for i in agent_ids}
-    for agent_id, tool in await catalog.tools_of_agents(conn, agent_ids):
+    for agent_id, tool in found.tools:
         tools[agent_id].append(tool)
-    active_runs, last_runs = await runs_db.active_and_last_runs(conn, agent_ids, run_columns)
-    active = {r.agent_id: r for r in active_runs}
-    last = {r.agent_id: r for r in last_runs}
-    return PageRelations(models, tools, active, last)
+    return PageRelations(
+        {r.id: r for r in found.models},
+        tools,
+        {r.agent_id: r for r in found.active_runs},
+        {r.agent_id: r for r in found.last_runs},
+    )
 
 
 def _keyed(fetch: Fetch[T], key: Callable[[T], int]) -> Fetch[tuple[int, T]]:

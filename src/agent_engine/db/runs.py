@@ -8,7 +8,7 @@ and finish (`runs/claim.py`, `runs/finish.py`), cancel (`runs/cancel.py`), reape
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -411,16 +411,36 @@ _UNFINISHED = frozenset(str(state) for state in UNFINISHED_STATES)
 _NARROW_RUN_KEYS = ("id", "agent_id", "state")
 
 
-@functools.lru_cache(maxsize=64)
-def _active_and_last_runs(columns: tuple[str, ...] | None) -> TextClause:
-    """Both for a page of agents in one round trip (a run's state tells which it is: the two sets
-    of states do not meet); only `columns` of each run when given."""
+def active_and_last_runs_sql(columns: tuple[str, ...] | None) -> str:
+    """SQL: the active and the last finished run of each agent of `:ids` (a run's state tells
+    which it is: the two sets of states do not meet); only `columns` of each run when given."""
     listed = "*" if columns is None else ", ".join(columns)
     outer = "r.*" if columns is None else ", ".join(f"r.{column}" for column in columns)
-    return text(
+    return (
         f"{_ACTIVE_RUNS.format(columns=listed)}"
         f" UNION ALL {_LAST_FINISHED_RUNS.format(outer=outer, columns=listed)}"
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _active_and_last_runs(columns: tuple[str, ...] | None) -> TextClause:
+    """Both for a page of agents in one round trip."""
+    return text(active_and_last_runs_sql(columns))
+
+
+def narrow_run_columns(columns: Collection[str] | None) -> tuple[str, ...] | None:
+    """The columns of a narrow read of runs showing `columns` (with the key, agent and state);
+    None for whole rows."""
+    return None if columns is None else narrow(RunRow, columns, always=_NARROW_RUN_KEYS)
+
+
+def split_active_and_last(rows: Iterable[RunRow]) -> tuple[list[RunRow], list[RunRow]]:
+    """Runs of `active_and_last_runs_sql` told apart by their state."""
+    active: list[RunRow] = []
+    last: list[RunRow] = []
+    for row in rows:
+        (active if row.state in _UNFINISHED else last).append(row)
+    return active, last
 
 
 # A journal page per agent: every `Agent.runs` of a request with the same arguments in one
@@ -463,13 +483,9 @@ async def active_and_last_runs(
     reading any other attribute of such a row raises AttributeError (`read_rows(partial=True)`).
     A page that shows a run's id need not decode its output, error, cost and five timestamps.
     """
-    chosen = None if columns is None else narrow(RunRow, columns, always=_NARROW_RUN_KEYS)
+    chosen = narrow_run_columns(columns)
     rows = await direct.fetch(conn, _active_and_last_runs(chosen), {"ids": list(agent_ids)})
-    active: list[RunRow] = []
-    last: list[RunRow] = []
-    for row in read_rows(rows, RunRow, partial=chosen is not None):
-        (active if row.state in _UNFINISHED else last).append(row)
-    return active, last
+    return split_active_and_last(read_rows(rows, RunRow, partial=chosen is not None))
 
 
 async def run_pages(

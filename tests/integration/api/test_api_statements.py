@@ -85,8 +85,9 @@ async def test_statement_count_is_the_same_for_10_and_100_agents(
 async def test_a_page_reads_its_agents_and_their_relations_before_the_budget(
     api: Api, factories: Factories, engine: AsyncEngine
 ) -> None:
-    """The page's reads go in one turn of the request's connection, the budget after them: its
-    statement is answered while the page is completed (`Loaders._page_turn`)."""
+    """The page's reads (its agents, then their models, tools and runs in one statement) go in
+    one turn of the request's connection, the budget after them: its statement is answered while
+    the page is completed (`Loaders._page_turn`)."""
     owner = 54
     await factories.user(id=owner)
     await _agents_with_relations(factories, owner, 3)
@@ -108,12 +109,13 @@ async def test_a_page_reads_its_agents_and_their_relations_before_the_budget(
         )
         for statement in statements
     ]
-    assert kinds == ["viewer", "agents", "models", "tools", "runs", "budget"], kinds
+    assert kinds == ["viewer", "agents", "relations", "budget"], kinds
 
 
 # The page's statements by a word only each has.
 _KINDS = (
     ("JOIN users", "viewer"),
+    ("AS selected", "relations"),  # models, tools and runs in one (`db.pages`)
     ("SUM(", "budget"),
     ("FROM agent_models", "models"),
     ("FROM agent_tools", "tools"),
@@ -326,6 +328,6 @@ async def test_a_page_reads_narrow_rows_and_shows_what_whole_rows_show(
     ]
     assert [a["status"] for a in data["viewer"]["agents"]] == ["SCHEDULED", "MANUAL", "MANUAL"]
     [runs_read] = [s for s in statements if "agent_runs" in s and "UNION ALL" in s]
-    assert "SELECT *" in runs_read
+    assert "ARRAY(SELECT r FROM agent_runs r " in runs_read  # whole rows, of the table's type
     [agents_read] = [s for s in statements if "FROM agents WHERE user_id" in s]
     assert "SELECT *" in agents_read

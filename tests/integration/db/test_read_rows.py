@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import agents as agents_db
-from agent_engine.db import catalog, platform, spend, users
+from agent_engine.db import catalog, pages, platform, spend, users
 from agent_engine.db import runs as runs_db
 from agent_engine.db.agents import AgentRow
 from agent_engine.db.catalog import AgentModelRow, ToolRow
@@ -245,3 +245,64 @@ async def test_autocommit_reads_go_direct_with_the_same_rows_and_are_counted(
     assert direct_reads[7].budget_alert_percents == (50, 80)
     assert len(seen) == len(reads)
     assert all(direct for _, direct in seen)
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_a_page_s_relations_in_one_statement_are_the_three_statements_rows(
+    engine: AsyncEngine, factories: Factories, autocommit: bool
+) -> None:
+    """`db.pages`: models, tools and runs as arrays of composite values in one row read as the
+    same typed rows as their own statements (JSON, decimals and timestamps inside them too), whole
+    and narrow, straight through asyncpg or through SQLAlchemy."""
+    seeded = await _seed(factories)
+    agent_ids, model_ids = seeded["agents"], seeded["models"]
+    writer = await factories.tool("writer_too", access="write", input_schema={"type": "object"})
+    await factories._insert("agent_tools", {"agent_id": agent_ids[1], "tool_id": writer["id"]})
+    async with engine.connect() as conn:
+        if autocommit:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        whole = await pages.page_relations(conn, agent_ids, model_ids)
+        assert whole.models == await catalog.models_by_id(conn, model_ids)
+        assert whole.tools == await catalog.tools_of_agents(conn, agent_ids)
+        assert [t.input_schema for _, t in whole.tools if t.name == "writer_too"] == [
+            {"type": "object"}
+        ]
+        active, last = await runs_db.active_and_last_runs(conn, agent_ids)
+        assert sorted(whole.active_runs, key=lambda r: r.id) == sorted(active, key=lambda r: r.id)
+        assert sorted(whole.last_runs, key=lambda r: r.id) == sorted(last, key=lambda r: r.id)
+        assert {r.cost for r in whole.last_runs} == {Decimal("0.000123"), None}
+
+        narrow = await pages.page_relations(conn, agent_ids, [], ["cost", "finished_at"])
+        assert narrow.models == []
+        shown = ("id", "agent_id", "state", "cost", "finished_at")
+        by_id = {r.id: r for r in [*active, *last]}
+        got = [*narrow.active_runs, *narrow.last_runs]
+        assert sorted(r.id for r in got) == sorted(by_id)
+        for run in got:
+            assert all(getattr(run, c) == getattr(by_id[run.id], c) for c in shown)
+            with pytest.raises(AttributeError):
+                _ = run.output
+        empty = await pages.page_relations(conn, [], [])
+        assert empty == ([], [], [], [])
+
+
+async def test_a_page_s_relations_survive_a_migration_of_their_tables(
+    engine: AsyncEngine, factories: Factories
+) -> None:
+    """A column added while the api runs changes a table's type under a connection that
+    decoded it before: the read is answered, not failed (asyncpg learns the type again)."""
+    seeded = await _seed(factories)
+    agent_ids, model_ids = seeded["agents"], seeded["models"]
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        before = await pages.page_relations(conn, agent_ids, model_ids)
+        async with engine.begin() as other:
+            await other.execute(text("ALTER TABLE tools ADD COLUMN probe_note text"))
+            await other.execute(text("ALTER TABLE agent_models ADD COLUMN probe_note text"))
+        try:
+            after = await pages.page_relations(conn, agent_ids, model_ids)
+            assert after == before
+        finally:
+            async with engine.begin() as other:
+                await other.execute(text("ALTER TABLE tools DROP COLUMN probe_note"))
+                await other.execute(text("ALTER TABLE agent_models DROP COLUMN probe_note"))
