@@ -40,9 +40,9 @@ class Viewer:
         if not shape.prefetch:
             rows = await self._whole_agents(loaders)
             return [Agent.from_row(r, loaders) for r in rows]
-        # The whole page's relations at once, one statement each, so the per-agent fields need
-        # no awaiting (see `awaited_later`); the agents and their runs as narrow rows when the
-        # page shows only columns of them.
+        # The whole page's relations at once, in one statement (`db.pages`), so the per-agent
+        # fields need no awaiting (see `awaited_later`); the agents and their runs as narrow
+        # rows when the page shows only columns of them.
         agent_columns, run_columns = shape.agent_columns, shape.run_columns
         if agent_columns is None:
             rows = await self._whole_agents(loaders)
