@@ -300,7 +300,10 @@ async def engine_phase(
         cpu_before = [_cpu_seconds(p) for p in procs]
 
         # The slot: every agent due at the same instant.
-        slot = datetime.now(UTC) + timedelta(seconds=SLOT_AFTER_WARM_UP_SECONDS)
+        # On a whole second, as a real slot is on a whole minute (09:00:00).
+        slot = (datetime.now(UTC) + timedelta(seconds=SLOT_AFTER_WARM_UP_SECONDS)).replace(
+            microsecond=0
+        ) + timedelta(seconds=1)
         await conn.execute("UPDATE agents SET next_run_at = $1 WHERE id <= $2", slot, agents)
         sampler = Sampler(await asyncpg.connect(url), procs)
         try:

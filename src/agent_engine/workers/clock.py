@@ -8,6 +8,7 @@ query, never a duplicate run. No leader election.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -30,12 +31,36 @@ from agent_engine.workers.broker import (
 log = logging.getLogger(__name__)
 
 
+# How long after a whole multiple of its period (on the wall clock) the schedule tick is sent:
+# a slot is a whole minute, and the scan compares it with the database's clock, which may run a
+# little behind this host's.
+SCHEDULE_TICK_MARGIN_SECONDS = 0.05
+
+
 @dataclass
 class _Tick:
     name: str
     every_seconds: float
     send: Callable[[], None]
     due_at: float = 0.0  # monotonic; 0 = at start
+    # On the wall clock's multiples of `every_seconds` (plus `margin`), not `every_seconds` after
+    # the last send: the schedule tick, so a 09:00 slot is seen at 09:00, not up to a period late.
+    aligned: bool = False
+    margin: float = 0.0
+
+    def next_due(self, mono_now: float, wall_now: float) -> float:
+        if not self.aligned:
+            # Fixed cadence from now, not from the missed due time: no burst after a stall.
+            return mono_now + self.every_seconds
+        return mono_now + next_boundary(self.every_seconds, wall_now, self.margin) - wall_now
+
+
+def next_boundary(every: float, wall_now: float, margin: float = 0.0) -> float:
+    """The first wall-clock time after `wall_now` that is a whole multiple of `every` seconds
+    plus `margin` (the epoch is a whole minute, so a period dividing a minute lands on each
+    minute)."""
+    boundary = (math.floor((wall_now - margin) / every) + 1) * every + margin
+    return boundary if boundary > wall_now else boundary + every
 
 
 def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> None:
@@ -51,7 +76,13 @@ def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> Non
         signal.signal(signal.SIGINT, handler)
     configure_broker(settings)
     ticks = [
-        _Tick("schedule", settings.schedule_tick_seconds, send_schedule_tick),
+        _Tick(
+            "schedule",
+            settings.schedule_tick_seconds,
+            send_schedule_tick,
+            aligned=True,
+            margin=SCHEDULE_TICK_MARGIN_SECONDS,
+        ),
         _Tick("reap", settings.reap_tick_seconds, send_reap_tick),
         _Tick("retention", settings.retention_tick_seconds, send_retention_tick),
         _Tick("deliveries", settings.delivery_tick_seconds, send_delivery_tick),
@@ -64,11 +95,10 @@ def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> Non
     )
     try:
         while not stop.is_set():
-            now = time.monotonic()
+            now, wall = time.monotonic(), time.time()
             for tick in ticks:
                 if now >= tick.due_at:
-                    # Fixed cadence from now, not from the missed due time: no burst after a stall.
-                    tick.due_at = now + tick.every_seconds
+                    tick.due_at = tick.next_due(now, wall)
                     _send(tick)
             stop.wait(max(0.0, min(t.due_at for t in ticks) - time.monotonic()))
     finally:
