@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import keyword
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from graphql.pyutils import Path, Undefined, gather_with_cancel
 
 # The kinds of step a compiled selection takes.
 LEAF, OBJECT, OBJECTS = "leaf", "object", "objects"
 
-# Result types that are never awaitable (as `execution._SETTLED`).
+# Result types that are never awaitable: the usual results skip `is_awaitable`'s checks (here
+# and in `execution.Executor`).
 SETTLED = frozenset({dict, list, str, int, float, bool, type(None)})
+
+# A selection's results by name, or a list's by index, as they are settled.
+_Settled = TypeVar("_Settled", dict[str, Any], list[Any])
 
 
 def real_path(path: Any) -> Path | None:
@@ -49,15 +53,15 @@ class Part(NamedTuple):
 
     kind: str  # LEAF, OBJECT or OBJECTS
     key: str  # the response key
-    attribute: str  # a leaf's Python attribute
     plan: Any  # the step's plan (`execution._Leaf` or `execution._Direct`)
     nested: Callable[..., Any] | None  # the objects' selection, compiled
 
 
-def compile_selection(typename: str, parent_type: Any, parts: Sequence[Part]) -> Callable[..., Any]:
+def compile_selection(parent_type: Any, parts: Sequence[Part]) -> Callable[..., Any]:
     """`complete(ex, source, path, steps)`: the object's results (a dict), or an awaitable of
     them when a field is awaited. `path` is the object's response path (a `Path` or a plain
     tuple), `steps` the execution's steps of this selection (for the standard path)."""
+    typename = parent_type.name
     names: dict[str, Any] = {
         "PT": parent_type,
         "TN": typename,
@@ -105,8 +109,30 @@ def _settle(key: str, value: str) -> list[str]:
         "if x is not UNDEFINED:",
         f"    r[{key!r}] = x",
         "    if type(x) not in SETTLED and ex.is_awaitable(x):",
-        "        awaiting = awaiting or []",
-        f"        awaiting.append({key!r})",
+        *("        " + line for line in _awaited("awaiting", repr(key))),
+    ]
+
+
+def _awaited(waiting: str, mark: str) -> list[str]:
+    """Lines that note `mark` (a response key, an index) among the results awaited later."""
+    return [f"{waiting} = {waiting} or []", f"{waiting}.append({mark})"]
+
+
+def _nested(index: int, call: str, at: str, return_type: str, waiting: str, mark: str) -> list[str]:
+    """Lines that complete one object by the nested selection's function (`call`) into `c`: its
+    error handled at the response path `at` as a field of `return_type`, an awaited result
+    noted as `mark` in `waiting`."""
+    step = f"steps[{index}]"
+    return [
+        "try:",
+        f"    c = {call}",
+        "except Exception as error:",
+        f"    c = ex._nested_failed(error, {return_type}, {step}, {at})",
+        "else:",
+        "    if type(c) is not dict:",
+        f"        c = ex._await_completed(c, {return_type}, {step}.field_details_list,"
+        f" real_path({at}))",
+        *("        " + line for line in _awaited(waiting, mark)),
     ]
 
 
@@ -124,7 +150,7 @@ def _leaf(index: int, part: Part, names: dict[str, Any]) -> list[str]:
     return [
         "ok = True",
         "try:",
-        f"    v = {_read(part.attribute)}",
+        f"    v = {_read(part.plan.attribute)}",
         "    if v is None:",
         *("        " + line for line in on_null),
         "    elif isinstance(v, Exception):",
@@ -162,20 +188,19 @@ def _object(index: int, part: Part, names: dict[str, Any]) -> list[str]:
     step = f"steps[{index}]"
     # Null where the type allows it; else (as any other result) the standard path's.
     null = [] if plan.non_null else ["if v is None:", f"    r[{key!r}] = None"]
+    completed = _nested(
+        index,
+        f"N{index}(ex, v, fp, {step}.below[0])",
+        "fp",
+        f"P{index}.field_def.type",
+        "awaiting",
+        repr(key),
+    )
     handled = [
         *null,
         f"{'elif' if null else 'if'} type(v) is K{index}:",
         f"    fp = (path, {key!r}, TN)",
-        "    try:",
-        f"        c = N{index}(ex, v, fp, {step}.below[0])",
-        "    except Exception as error:",
-        f"        c = ex._nested_failed(error, P{index}.field_def.type, {step}, fp)",
-        "    else:",
-        "        if type(c) is not dict:",
-        f"            c = ex._await_completed(c, P{index}.field_def.type,"
-        f" {step}.field_details_list, real_path(fp))",
-        "            awaiting = awaiting or []",
-        f"            awaiting.append({key!r})",
+        *("    " + line for line in completed),
         f"    r[{key!r}] = c",
         "else:",
         *("    " + line for line in _settle(key, f"ex._slow_inline(PT, path, {step}, v)")),
@@ -188,6 +213,9 @@ def _objects(index: int, part: Part, names: dict[str, Any]) -> list[str]:
     names[f"K{index}"] = plan.object_class
     names[f"N{index}"] = part.nested
     step = f"steps[{index}]"
+    item = _nested(
+        index, f"N{index}(ex, item, ip, below)", "ip", f"P{index}.item_type", "waiting", "at"
+    )
     fast = [
         f"fp = (path, {key!r}, TN)",
         f"below = {step}.below[0]",
@@ -196,16 +224,7 @@ def _objects(index: int, part: Part, names: dict[str, Any]) -> list[str]:
         "try:",
         "    for at, item in enumerate(v):",
         "        ip = (fp, at, None)",
-        "        try:",
-        f"            c = N{index}(ex, item, ip, below)",
-        "        except Exception as error:",
-        f"            c = ex._nested_failed(error, P{index}.item_type, {step}, ip)",
-        "        else:",
-        "            if type(c) is not dict:",
-        f"                c = ex._await_completed(c, P{index}.item_type,"
-        f" {step}.field_details_list, real_path(ip))",
-        "                waiting = waiting or []",
-        "                waiting.append(at)",
+        *("        " + line for line in item),
         "        items.append(c)",
         "except Exception as error:",
         f"    r[{key!r}] = ex._nested_failed(error, P{index}.field_def.type, {step}, fp)",
@@ -215,8 +234,7 @@ def _objects(index: int, part: Part, names: dict[str, Any]) -> list[str]:
         "    else:",
         f"        r[{key!r}] = ex._await_completed(gathered(items, waiting),"
         f" P{index}.field_def.type, {step}.field_details_list, real_path(fp))",
-        "        awaiting = awaiting or []",
-        f"        awaiting.append({key!r})",
+        *("        " + line for line in _awaited("awaiting", repr(key))),
     ]
     checked = [
         "ok = type(v) is list",
@@ -240,7 +258,7 @@ def _objects(index: int, part: Part, names: dict[str, Any]) -> list[str]:
     return _called(index, part, checked)
 
 
-async def gathered(results: Any, awaiting: list[Any]) -> Any:
+async def gathered(results: _Settled, awaiting: list[Any]) -> _Settled:
     """As graphql-core's `execute_fields` and `complete_iterable_value` settle the fields (by
     name) or items (by index) that returned awaitables."""
     if len(awaiting) == 1:

@@ -60,6 +60,7 @@ from agent_engine.api.compiled import (
     LEAF,
     OBJECT,
     OBJECTS,
+    SETTLED,
     Part,
     compile_selection,
     gathered,
@@ -111,9 +112,6 @@ class _Direct(NamedTuple):
 
 
 FieldPlan = _Leaf | _Direct
-
-# Result types that are never awaitable: the usual results skip `is_awaitable`'s checks.
-_SETTLED = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 def _plain_leaf(field_def: GraphQLField) -> _Leaf | None:
@@ -310,31 +308,17 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                             )
                             results[response_name] = None
                             continue
-                        if result is None and not plan.non_null:
-                            results[response_name] = None
-                            continue
-                        if position_context is not None:
-                            completed = Undefined
-                        elif plan.shape == _OBJECT:
-                            completed = self._inline_object(
-                                plan, field_details_list, field_path, result, below
-                            )
-                        else:
-                            completed = self._inline_objects(
-                                plan, field_details_list, field_path, result, below
-                            )
-                        if completed is Undefined:
-                            completed = self._complete_direct(
-                                plan,
-                                parent_type,
-                                field_details_list,
-                                field_path,
-                                result,
-                                position_context,
-                                None,
-                            )
+                        completed = self._complete_inline(
+                            plan,
+                            parent_type,
+                            field_details_list,
+                            field_path,
+                            result,
+                            below,
+                            position_context,
+                        )
                         results[response_name] = completed
-                        if type(completed) not in _SETTLED and is_awaitable(completed):
+                        if type(completed) not in SETTLED and is_awaitable(completed):
                             awaitable_fields.append(response_name)
                         continue
                     result = self._execute_direct(
@@ -355,7 +339,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                     )
                 if result is not Undefined:
                     results[response_name] = result
-                    if type(result) not in _SETTLED and is_awaitable(result):
+                    if type(result) not in SETTLED and is_awaitable(result):
                         awaitable_fields.append(response_name)
         except Exception:
             if awaitable_fields:
@@ -366,7 +350,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         return gathered(results, awaitable_fields)
 
     def _compiled(
-        self, parent_type: GraphQLObjectType, steps: tuple[_Step, ...], depth: int = 0
+        self, parent_type: GraphQLObjectType, steps: tuple[_Step, ...]
     ) -> Callable[..., Any] | None:
         """The compiled function of a selection (`api/compiled.py`), None where it does not
         compile; looked up once per selection and execution."""
@@ -376,30 +360,30 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         cached = cache.get(id(steps))
         if cached is not None and cached[0] is steps:
             return cached[1]
-        complete = self._compile(parent_type, steps, depth)
+        complete = self._compile(parent_type, steps)
         cache[id(steps)] = (steps, complete)
         return complete
 
     def _compile(
-        self, parent_type: GraphQLObjectType, steps: tuple[_Step, ...], depth: int
+        self, parent_type: GraphQLObjectType, steps: tuple[_Step, ...]
     ) -> Callable[..., Any] | None:
-        if depth > _MAX_COMPILED_DEPTH:
-            return None
+        """The selection's function, its objects' selections compiled first (as deep as the
+        document, which validation bounds); None when any step is not a leaf or inline."""
         parts: list[Part] = []
         for step in steps:
             plan = step.plan
             if type(plan) is _Leaf:
-                parts.append(Part(LEAF, step.response_name, plan.attribute, plan, None))
+                parts.append(Part(LEAF, step.response_name, plan, None))
                 continue
             if type(plan) is not _Direct or not plan.inline or plan.object_class is None:
                 return None
             object_type = cast(GraphQLObjectType, plan.object_type)
             below = self._below(plan, step.field_details_list, step.below)
-            nested = None if below is None else self._compiled(object_type, below, depth + 1)
+            nested = None if below is None else self._compiled(object_type, below)
             if nested is None:
                 return None
             kind = OBJECT if plan.shape == _OBJECT else OBJECTS
-            parts.append(Part(kind, step.response_name, "", plan, nested))
+            parts.append(Part(kind, step.response_name, plan, nested))
         return _compiled_selection(parent_type, parts)
 
     def _slow_leaf(
@@ -429,18 +413,40 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         """A compiled selection's inline resolver returned something unusual: completed as
         `_execute_steps` completes it, with the result in hand."""
-        plan = cast(_Direct, step.plan)
-        details = step.field_details_list
         field_path = Path(real_path(path), step.response_name, parent_type.name)
+        return self._complete_inline(
+            cast(_Direct, step.plan),
+            parent_type,
+            step.field_details_list,
+            field_path,
+            result,
+            step.below,
+            None,
+        )
+
+    def _complete_inline(
+        self,
+        plan: _Direct,
+        parent_type: GraphQLObjectType,
+        details: Any,
+        path: Path,
+        result: Any,
+        below: list[tuple[_Step, ...] | None],
+        position_context: Any,
+    ) -> Any:
+        """An inline resolver's result completed: null where its type allows it, its usual
+        objects in place, anything else as `_complete_direct` completes it."""
         if result is None and not plan.non_null:
             return None
-        if plan.shape == _OBJECT:
-            completed = self._inline_object(plan, details, field_path, result, step.below)
+        if position_context is not None:
+            completed = Undefined
+        elif plan.shape == _OBJECT:
+            completed = self._inline_object(plan, details, path, result, below)
         else:
-            completed = self._inline_objects(plan, details, field_path, result, step.below)
+            completed = self._inline_objects(plan, details, path, result, below)
         if completed is Undefined:
             completed = self._complete_direct(
-                plan, parent_type, details, field_path, result, None, None
+                plan, parent_type, details, path, result, position_context, None
             )
         return completed
 
@@ -559,7 +565,7 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
                 completed = self.complete_value(
                     return_type, field_details_list, raw_info, path, result, position_context
                 )
-            if type(completed) not in _SETTLED and self.is_awaitable(completed):
+            if type(completed) not in SETTLED and self.is_awaitable(completed):
                 return self._await_completed(completed, return_type, field_details_list, path)
         except Exception as raw_error:
             self.handle_field_error(raw_error, return_type, field_details_list, path)
@@ -690,8 +696,6 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
         return gathered(completed, awaitable_indices)
 
 
-# Selections nested deeper are walked, not compiled.
-_MAX_COMPILED_DEPTH = 12
 # Compiled selections by shape: the parent type, then each step's key, plan and nested function
 # (by identity, each kept alive by the entry so no identity is reused while it is cached).
 _COMPILED: dict[tuple[Any, ...], tuple[Callable[..., Any], tuple[Any, ...]]] = {}
@@ -708,7 +712,7 @@ def _compiled_selection(parent_type: GraphQLObjectType, parts: list[Part]) -> Ca
         return cached[0]
     if len(_COMPILED) >= _MAX_COMPILED:
         _COMPILED.clear()
-    complete = compile_selection(parent_type.name, parent_type, parts)
+    complete = compile_selection(parent_type, parts)
     _COMPILED[key] = (complete, kept)
     return complete
 
