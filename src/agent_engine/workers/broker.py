@@ -18,12 +18,11 @@ from uuid import uuid4
 
 import dramatiq
 import redis.asyncio as aioredis
-from dramatiq.brokers.redis import RedisBroker
-from dramatiq.common import current_millis
 
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import Actors, declare_actors
 from agent_engine.workers.middleware import SharedAsyncIO
+from agent_engine.workers.waking_redis import WakingRedisBroker
 
 AMQP_DEFAULT_PORT = 5672
 AMQPS_DEFAULT_PORT = 5671
@@ -77,7 +76,7 @@ def _make_broker(settings: Settings) -> dramatiq.Broker:
     pool = redis.ConnectionPool.from_url(
         url, socket_timeout=timeout, socket_connect_timeout=timeout
     )
-    return RedisBroker(connection_pool=pool)  # type: ignore[no-untyped-call]
+    return WakingRedisBroker(connection_pool=pool)  # type: ignore[no-untyped-call]
 
 
 def _is_amqp(url: str) -> bool:
@@ -110,7 +109,7 @@ class _ExecuteSender:
     def many(self, run_ids: Sequence[int]) -> None:
         actor = actors().execute_run
         broker = actor.broker
-        if not isinstance(broker, RedisBroker):
+        if not isinstance(broker, WakingRedisBroker):
             for run_id in run_ids:
                 actor.send(run_id)
             return
@@ -120,35 +119,25 @@ class _ExecuteSender:
 enqueue_execute = _ExecuteSender()
 
 
-def send_pipelined(broker: RedisBroker, messages: Sequence[dramatiq.Message[Any]]) -> None:
+def send_pipelined(broker: WakingRedisBroker, messages: Sequence[dramatiq.Message[Any]]) -> None:
     """`RedisBroker.enqueue` for many messages (no delay) in one pipeline: each message gets its
     Redis id and the broker's enqueue middleware hooks, and the broker's own `dispatch` script
     (the one `enqueue` runs) is called for each with the same arguments — only the round trips
-    are shared. Dramatiq has no batch API; this follows `RedisBroker.enqueue` of dramatiq 2.x."""
+    are shared, and each queue's consumers are woken once. Dramatiq has no batch API; this
+    follows `RedisBroker.enqueue` of dramatiq 2.x."""
     if not messages:
         return
-    b: Any = broker  # the attributes `enqueue` reads, not typed by dramatiq
-    dispatch = b.scripts["dispatch"]
-    keys = [b.namespace]
-    pipe = b.client.pipeline(transaction=False)
+    pipe = broker.client.pipeline(transaction=False)
     sent = []
     for message in messages:
         message = message.copy(options={"redis_message_id": str(uuid4())})
         broker.emit_before("enqueue", message, None)
-        args = [
-            "enqueue",
-            current_millis(),
-            message.queue_name,
-            b.broker_id,
-            b.heartbeat_timeout,
-            b.dead_message_ttl,
-            b._should_do_maintenance("enqueue"),
-            b._max_unpack_size(),
-            message.options["redis_message_id"],
-            message.encode(),
-        ]
-        dispatch(keys=keys, args=args, client=pipe)
+        broker.dispatch_enqueue(
+            pipe, message.queue_name, message.options["redis_message_id"], message.encode()
+        )
         sent.append(message)
+    for queue_name in {message.queue_name for message in sent}:
+        pipe.publish(broker.wake_channel(queue_name), b"")
     pipe.execute()
     for message in sent:
         broker.emit_after("enqueue", message, None)

@@ -50,10 +50,12 @@ log = logging.getLogger(__name__)
 DEFAULT_THREADS = 16
 # The ticks worker's own threads: a schedule scan and a reap can run side by side.
 TICK_THREADS = 2
-# Dramatiq's consumer backs off up to this long when it holds its full prefetch (claims in
-# progress): the runs worker's messages are short (a claim), so it looks again soon. (Dramatiq's
-# default, 1 s, left the claiming threads idle between fetches during a burst.)
-RUNS_WORKER_TIMEOUT_MS = 100
+# How long a runs consumer waits before it looks at Redis again with nothing to wake it. An
+# enqueue wakes it at once and an ack with its prefetch full too (`waking_redis`), so this bounds
+# only the heartbeat fetch and the delay queue's lateness; the threads check for a stop as often.
+# (Polled, 100 ms cost an idle worker ~2 % of a core; Dramatiq's 1 s left the claiming threads
+# idle between fetches in a burst.)
+RUNS_WORKER_TIMEOUT_MS = 1000
 # How long a stopping worker lets runs in progress finish before interrupting them (the default of
 # `AGENT_ENGINE_WORKER_DRAIN_SECONDS`, which the processes use; tests pass their own).
 SHUTDOWN_GRACE_SECONDS = 20.0

@@ -1,0 +1,200 @@
+"""The Redis broker's consumers are woken by an enqueue and by an ack, not by polling
+(workers/waking_redis.py): each test gives its consumer a 60-second timeout, so a consumer that
+only polled would not see the message within the test's wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.broker import Consumer, MessageProxy
+
+from agent_engine.workers.broker import send_pipelined
+from agent_engine.workers.waking_redis import WakingRedisBroker
+
+QUEUE = "wake-test"
+POLL_TIMEOUT_MS = 60_000  # a consumer that waits this long between looks has not been woken
+WITHIN_SECONDS = 10.0
+IDLE_SECONDS = 1.0
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[WakingRedisBroker]:
+    broker = WakingRedisBroker(url=redis_url)
+    broker.declare_queue(QUEUE)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def message(n: int) -> dramatiq.Message[Any]:
+    return dramatiq.Message(queue_name=QUEUE, actor_name="noop", args=(n,), kwargs={}, options={})
+
+
+class Looks:
+    """Counts a broker's fetches from Redis and a consumer's turns (`next` calls)."""
+
+    def __init__(self, broker: WakingRedisBroker) -> None:
+        self.fetches = 0
+        self.turns = 0
+        fetch = broker._dispatch("fetch")
+
+        def counted(*args: Any) -> Any:
+            self.fetches += 1
+            return fetch(*args)
+
+        broker.do_fetch = counted  # type: ignore[method-assign]
+
+
+def next_message(consumer: Consumer, stop: threading.Event, looks: Looks) -> MessageProxy | None:
+    """Iterate the consumer (as Dramatiq's consumer thread does) until a message comes."""
+    while not stop.is_set():
+        looks.turns += 1
+        found = next(consumer)
+        if found is not None:
+            return found
+    return None
+
+
+@pytest.fixture
+def waiter() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def idle(
+    pool: ThreadPoolExecutor, consumer: Consumer, stop: threading.Event, looks: Looks
+) -> Future[MessageProxy | None]:
+    """The consumer iterated in a thread for IDLE_SECONDS with nothing to take."""
+    future = pool.submit(next_message, consumer, stop, looks)
+    time.sleep(IDLE_SECONDS)
+    assert not future.done()
+    return future
+
+
+def test_an_idle_consumer_waits_without_polling_and_an_enqueue_wakes_it(
+    broker: WakingRedisBroker, waiter: ThreadPoolExecutor
+) -> None:
+    looks = Looks(broker)
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
+    stop = threading.Event()
+    try:
+        future = idle(waiter, consumer, stop, looks)
+        # One look, and one more after the subscription's confirmation; Dramatiq's own consumer
+        # looks about ten times in a second of backing off.
+        assert looks.fetches <= 2
+        broker.enqueue(message(1))
+        got = future.result(timeout=WITHIN_SECONDS)
+        assert got is not None and got.args == (1,)
+        consumer.ack(got)
+    finally:
+        stop.set()
+        consumer.close()
+
+
+def test_a_pipelined_batch_wakes_every_consumer_of_the_queue(
+    broker: WakingRedisBroker, redis_url: str, waiter: ThreadPoolExecutor
+) -> None:
+    """Two processes' consumers (two brokers), both idle: one batch wakes both."""
+    other = WakingRedisBroker(url=redis_url)
+    other.declare_queue(QUEUE)
+    looks = [Looks(broker), Looks(other)]
+    first = broker.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
+    second = other.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
+    stop = threading.Event()
+    try:
+        futures = [waiter.submit(next_message, first, stop, looks[0])]
+        futures.append(idle(waiter, second, stop, looks[1]))
+        assert [one.fetches <= 2 for one in looks] == [True, True]
+        send_pipelined(broker, [message(1), message(2)])
+        got = [future.result(timeout=WITHIN_SECONDS) for future in futures]
+        assert sorted(m.args for m in got if m is not None) == [(1,), (2,)]
+        first.ack(got[0])
+        second.ack(got[1])
+    finally:
+        stop.set()
+        first.close()
+        second.close()
+        other.close()
+
+
+def test_a_consumer_with_its_prefetch_full_looks_again_when_a_message_is_acked(
+    broker: WakingRedisBroker, waiter: ThreadPoolExecutor
+) -> None:
+    looks = Looks(broker)
+    consumer = broker.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
+    stop = threading.Event()
+    try:
+        broker.enqueue(message(1))
+        broker.enqueue(message(2))
+        taken = next_message(consumer, stop, looks)
+        assert taken is not None and taken.args == (1,)
+        looks.turns = 0
+        future = idle(waiter, consumer, stop, looks)  # full: it waits for a free place
+        assert looks.turns == 1  # Dramatiq's own consumer turns about ten times a second
+        consumer.ack(taken)
+        got = future.result(timeout=WITHIN_SECONDS)
+        assert got is not None and got.args == (2,)
+        consumer.ack(got)
+    finally:
+        stop.set()
+        consumer.close()
+
+
+def test_a_closed_consumer_gives_back_the_messages_it_fetched_and_no_thread_took(
+    broker: WakingRedisBroker, redis_url: str, waiter: ThreadPoolExecutor
+) -> None:
+    """A stopping worker's consumer often holds a fetch (woken as messages arrive): they go
+    back to the queue at once, not when its heartbeat lapses a minute later."""
+    stop = threading.Event()
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
+    send_pipelined(broker, [message(1), message(2)])
+    taken = next_message(consumer, stop, Looks(broker))
+    assert taken is not None and taken.args == (1,)
+    consumer.ack(taken)
+    consumer.close()  # message 2 was fetched with message 1
+
+    other = WakingRedisBroker(url=redis_url)
+    other.declare_queue(QUEUE)
+    successor = other.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
+    try:
+        got = waiter.submit(next_message, successor, stop, Looks(other))
+        given_back = got.result(timeout=WITHIN_SECONDS)
+        assert given_back is not None and given_back.args == (2,)
+        successor.ack(given_back)
+    finally:
+        stop.set()
+        successor.close()
+        other.close()
+
+
+def test_wakes_are_per_database(broker: WakingRedisBroker, redis_url: str) -> None:
+    """Pub/sub channels are server-wide: two databases on one server have their own."""
+    base, _, db = redis_url.rpartition("/")
+    other = WakingRedisBroker(url=f"{base}/{(int(db) + 1) % 16}")
+    try:
+        assert broker.wake_channel(QUEUE) != other.wake_channel(QUEUE)
+    finally:
+        other.close()
+
+
+def test_a_consumer_whose_server_is_gone_reports_the_connection_closed() -> None:
+    """Dramatiq's consumer thread restarts a consumer that raises `ConnectionClosed`."""
+    unreachable = WakingRedisBroker(
+        connection_pool=redis.ConnectionPool(host="127.0.0.1", port=1, socket_connect_timeout=1.0)
+    )
+    try:
+        with pytest.raises(dramatiq.errors.ConnectionClosed):
+            unreachable.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
+    finally:
+        unreachable.close()
