@@ -82,6 +82,14 @@ def idle(
     return future
 
 
+def receive(future: Future[MessageProxy | None], consumer: Consumer) -> tuple[Any, ...]:
+    """The arguments of the message the waiting consumer got (and acked)."""
+    got = future.result(timeout=WITHIN_SECONDS)
+    assert got is not None
+    consumer.ack(got)
+    return tuple(got.args)
+
+
 def test_an_idle_consumer_waits_without_polling_and_an_enqueue_wakes_it(
     broker: WakingRedisBroker, waiter: ThreadPoolExecutor
 ) -> None:
@@ -94,9 +102,7 @@ def test_an_idle_consumer_waits_without_polling_and_an_enqueue_wakes_it(
         # looks about ten times in a second of backing off.
         assert looks.fetches <= 2
         broker.enqueue(message(1))
-        got = future.result(timeout=WITHIN_SECONDS)
-        assert got is not None and got.args == (1,)
-        consumer.ack(got)
+        assert receive(future, consumer) == (1,)
     finally:
         stop.set()
         consumer.close()
@@ -117,10 +123,8 @@ def test_a_pipelined_batch_wakes_every_consumer_of_the_queue(
         futures.append(idle(waiter, second, stop, looks[1]))
         assert [one.fetches <= 2 for one in looks] == [True, True]
         send_pipelined(broker, [message(1), message(2)])
-        got = [future.result(timeout=WITHIN_SECONDS) for future in futures]
-        assert sorted(m.args for m in got if m is not None) == [(1,), (2,)]
-        first.ack(got[0])
-        second.ack(got[1])
+        got = [receive(futures[0], first), receive(futures[1], second)]
+        assert sorted(got) == [(1,), (2,)]
     finally:
         stop.set()
         first.close()
@@ -143,9 +147,7 @@ def test_a_consumer_with_its_prefetch_full_looks_again_when_a_message_is_acked(
         future = idle(waiter, consumer, stop, looks)  # full: it waits for a free place
         assert looks.turns == 1  # Dramatiq's own consumer turns about ten times a second
         consumer.ack(taken)
-        got = future.result(timeout=WITHIN_SECONDS)
-        assert got is not None and got.args == (2,)
-        consumer.ack(got)
+        assert receive(future, consumer) == (2,)
     finally:
         stop.set()
         consumer.close()
@@ -168,10 +170,9 @@ def test_a_closed_consumer_gives_back_the_messages_it_fetched_and_no_thread_took
     other.declare_queue(QUEUE)
     successor = other.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
     try:
-        got = waiter.submit(next_message, successor, stop, Looks(other))
-        given_back = got.result(timeout=WITHIN_SECONDS)
-        assert given_back is not None and given_back.args == (2,)
-        successor.ack(given_back)
+        assert receive(waiter.submit(next_message, successor, stop, Looks(other)), successor) == (
+            2,
+        )
     finally:
         stop.set()
         successor.close()
