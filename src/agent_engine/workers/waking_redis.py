@@ -111,11 +111,14 @@ class _WakingConsumer(_RedisConsumer):
             return super().__next__()  # Dramatiq's own path for a fetched message
         try:
             self._freed.clear()
+            # Wakes that came meanwhile are dropped before either wait: the fetch below sees what
+            # they announced, and a consumer full for minutes while messages keep coming does
+            # not let them pile up (Redis cuts a subscriber whose output buffer passes its limit).
+            self._drain_wakes()
             if self.outstanding_message_count >= self.prefetch:
                 # Every message taken is still in a thread: look again when one is acked.
                 self._freed.wait(self.timeout / 1000)
                 return None
-            self._drain_wakes()
             self.message_cache = self.broker.do_fetch(
                 self.queue_name, self.prefetch - self.outstanding_message_count
             )
