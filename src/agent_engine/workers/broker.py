@@ -136,9 +136,7 @@ def send_pipelined(broker: WakingRedisBroker, messages: Sequence[dramatiq.Messag
             pipe, message.queue_name, message.options["redis_message_id"], message.encode()
         )
         sent.append(message)
-    for queue_name in {message.queue_name for message in sent}:
-        pipe.publish(broker.wake_channel(queue_name), b"")
-    pipe.execute()
+    broker.execute_waking(pipe, {message.queue_name for message in sent})
     for message in sent:
         broker.emit_after("enqueue", message, None)
 

@@ -15,6 +15,11 @@ maintenance) and a delay queue's consumer still wakes to move messages whose tim
 wake lost with a dropped connection costs one timeout, as polling did; the consumer reconnects
 as Dramatiq's does (its thread restarts it).
 
+A Redis user the server refuses channels (an ACL without `&<namespace>:*`; Redis 7 gives new
+users none) still works, as Dramatiq's broker polling: a refused publish turns this broker's wakes
+off and a refused subscription turns its consumer back to Dramatiq's backoff, each said once in a
+warning that names the fix.
+
 Messages, queues, acks and the Lua scripts are Dramatiq's own; only the waiting changed.
 """
 
@@ -22,22 +27,32 @@ Messages, queues, acks and the Lua scripts are Dramatiq's own; only the waiting 
 # mypy: disable-error-code="no-untyped-call,no-any-return"
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
-from dramatiq.common import current_millis
+from dramatiq.common import compute_backoff, current_millis
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
 WAKE_CHANNEL_SUFFIX = ".wake"
+REFUSED = (
+    "the Redis server refused the wake channel %s (%s): consumers poll instead, up to the worker's"
+    " timeout late; allow the broker's user the channels `%s:*` (ACL `&%s:*`)"
+)
+
+log = logging.getLogger(__name__)
 
 
 class WakingRedisBroker(RedisBroker):
     """`RedisBroker` whose enqueues wake the queue's consumers (see the module)."""
+
+    wakes_refused = False  # set once the server refused a publish
 
     def wake_channel(self, queue_name: str) -> str:
         """The queue's wake channel. Channels are server-wide, not per database: the database
@@ -50,8 +65,25 @@ class WakingRedisBroker(RedisBroker):
         """`RedisBroker.enqueue`'s dispatch, and the wake, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         self.dispatch_enqueue(pipe, queue_name, message_id, data)
-        pipe.publish(self.wake_channel(queue_name), b"")
-        return pipe.execute()[0]
+        return self.execute_waking(pipe, [queue_name])[0]
+
+    def execute_waking(self, pipe: Any, queue_names: Iterable[str]) -> list[Any]:
+        """Run `pipe` with a wake for each of `queue_names` after its commands; the commands'
+        results. A wake the server refuses turns wakes off (polling, as Dramatiq's broker); any
+        other error is raised, as `execute` would."""
+        channels = [] if self.wakes_refused else [self.wake_channel(q) for q in queue_names]
+        for channel in channels:
+            pipe.publish(channel, b"")
+        results: list[Any] = pipe.execute(raise_on_error=False)
+        sent = results[: len(results) - len(channels)]
+        for result in sent:
+            if isinstance(result, Exception):
+                raise result
+        for channel, result in zip(channels, results[len(sent) :], strict=True):
+            if isinstance(result, redis.ResponseError) and not self.wakes_refused:
+                self.wakes_refused = True
+                log.warning(REFUSED, channel, result, self.namespace, self.namespace)
+        return sent
 
     def dispatch_enqueue(self, pipe: Any, queue_name: str, message_id: str, data: bytes) -> None:
         """Queue on `pipe` the `enqueue` of Dramatiq's dispatch script, with the arguments
@@ -86,10 +118,13 @@ class _WakingConsumer(_RedisConsumer):
         super().__init__(broker, queue_name, prefetch, timeout)
         self._freed = threading.Event()
         # Subscribed before the first fetch: a message enqueued after a fetch that found nothing
-        # has its wake waiting on this connection.
-        self._wakes = broker.client.pubsub(ignore_subscribe_messages=True)
+        # has its wake waiting on this connection. None: the server refused it (polling).
+        self._channel = broker.wake_channel(queue_name)
+        self._wakes: redis.client.PubSub | None = broker.client.pubsub(
+            ignore_subscribe_messages=True
+        )
         try:
-            self._wakes.subscribe(broker.wake_channel(queue_name))
+            self._wakes.subscribe(self._channel)
         except redis.ConnectionError as exc:
             self._wakes.close()
             raise ConnectionClosed(exc) from None
@@ -125,16 +160,37 @@ class _WakingConsumer(_RedisConsumer):
             if not self.message_cache:
                 # Nothing queued: wait for an enqueue's wake (or the timeout: the heartbeat,
                 # a delay queue's messages whose time has come).
-                self._wakes.get_message(timeout=self.timeout / 1000)
+                self._wait_for_wake()
                 return None
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None
         return super().__next__()
 
+    def _wait_for_wake(self) -> None:
+        if self._wakes is not None:
+            try:
+                self._wakes.get_message(timeout=self.timeout / 1000)
+                return
+            except redis.ResponseError as exc:
+                self._refused(exc)
+        # Dramatiq's own backoff (the channel was refused).
+        self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
+        time.sleep(backoff_ms / 1000)
+
     def _drain_wakes(self) -> None:
         """Drop the wakes already here: the fetch that follows sees what they announced."""
-        while self._wakes.get_message(timeout=0.0) is not None:
-            pass
+        try:
+            while self._wakes is not None and self._wakes.get_message(timeout=0.0) is not None:
+                pass
+        except redis.ResponseError as exc:
+            self._refused(exc)
+
+    def _refused(self, exc: redis.ResponseError) -> None:
+        """The server refused the subscription (an ACL without the channel): poll from now on."""
+        log.warning(REFUSED, self._channel, exc, self.broker.namespace, self.broker.namespace)
+        if self._wakes is not None:
+            self._wakes.close()
+            self._wakes = None
 
     def requeue(self, messages: Iterable[Any]) -> None:
         """Dramatiq's requeue (a stopping worker gives back what it holds), and the wake."""
@@ -142,7 +198,7 @@ class _WakingConsumer(_RedisConsumer):
         try:
             super().requeue(messages)
             if messages:
-                self.broker.client.publish(self.broker.wake_channel(self.queue_name), b"")
+                self.broker.execute_waking(self.broker.client.pipeline(False), [self.queue_name])
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None
 
@@ -157,6 +213,7 @@ class _WakingConsumer(_RedisConsumer):
             self.requeue(held)
         finally:
             try:
-                self._wakes.close()
+                if self._wakes is not None:
+                    self._wakes.close()
             finally:
                 super().close()

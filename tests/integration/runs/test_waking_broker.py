@@ -179,6 +179,50 @@ def test_a_closed_consumer_gives_back_the_messages_it_fetched_and_no_thread_took
         other.close()
 
 
+@pytest.fixture
+def no_channels_url(redis_url: str) -> Iterator[str]:
+    """The server's URL as a user allowed every key and command but no channel (Redis 7's default
+    for a new ACL user)."""
+    admin = redis.Redis.from_url(redis_url)
+    admin.acl_setuser(
+        "ae-no-channels",
+        enabled=True,
+        passwords=["+secret"],
+        keys=["*"],
+        commands=["+@all"],
+        reset_channels=True,
+    )
+    scheme, rest = redis_url.split("://", 1)
+    try:
+        yield f"{scheme}://ae-no-channels:secret@{rest}"
+    finally:
+        admin.acl_deluser("ae-no-channels")
+        admin.close()
+
+
+def test_a_user_refused_the_channels_still_sends_and_consumes_by_polling(
+    no_channels_url: str, waiter: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = WakingRedisBroker(url=no_channels_url)
+    broker.declare_queue(QUEUE)
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=200)
+    stop = threading.Event()
+    try:
+        looking = waiter.submit(next_message, consumer, stop, Looks(broker))
+        broker.enqueue(message(1))
+        send_pipelined(broker, [message(2)])
+        assert receive(looking, consumer) == (1,)
+        assert next_message(consumer, stop, Looks(broker)) is not None
+    finally:
+        stop.set()
+        consumer.close()
+        broker.close()
+    assert broker.wakes_refused
+    refusals = [r.getMessage() for r in caplog.records if "refused the wake channel" in r.message]
+    # Said once by the broker (its publish) and once by the consumer (its subscription).
+    assert len(refusals) == 2 and all("&dramatiq:*" in one for one in refusals)
+
+
 def test_wakes_are_per_database(broker: WakingRedisBroker, redis_url: str) -> None:
     """Pub/sub channels are server-wide: two databases on one server have their own."""
     base, _, db = redis_url.rpartition("/")
