@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-from uuid import uuid4
 
 import dramatiq
 import redis.asyncio as aioredis
@@ -101,7 +99,7 @@ def actors() -> Actors:
 class _ExecuteSender:
     """`enqueue_execute(run_id)` sends the execute message for a committed `queued` run;
     `enqueue_execute.many(run_ids)` sends many (the schedule tick's batch) in one Redis round
-    trip (`send_pipelined`), or one by one on another broker."""
+    trip (`WakingRedisBroker.enqueue_many`), or one by one on another broker."""
 
     def __call__(self, run_id: int) -> None:
         actors().execute_run.send(run_id)
@@ -113,32 +111,10 @@ class _ExecuteSender:
             for run_id in run_ids:
                 actor.send(run_id)
             return
-        send_pipelined(broker, [actor.message(run_id) for run_id in run_ids])
+        broker.enqueue_many([actor.message(run_id) for run_id in run_ids])
 
 
 enqueue_execute = _ExecuteSender()
-
-
-def send_pipelined(broker: WakingRedisBroker, messages: Sequence[dramatiq.Message[Any]]) -> None:
-    """`RedisBroker.enqueue` for many messages (no delay) in one pipeline: each message gets its
-    Redis id and the broker's enqueue middleware hooks, and the broker's own `dispatch` script
-    (the one `enqueue` runs) is called for each with the same arguments — only the round trips
-    are shared, and each queue's consumers are woken once. Dramatiq has no batch API; this
-    follows `RedisBroker.enqueue` of dramatiq 2.x."""
-    if not messages:
-        return
-    pipe = broker.client.pipeline(transaction=False)
-    sent = []
-    for message in messages:
-        message = message.copy(options={"redis_message_id": str(uuid4())})
-        broker.emit_before("enqueue", message, None)
-        broker.dispatch_enqueue(
-            pipe, message.queue_name, message.options["redis_message_id"], message.encode()
-        )
-        sent.append(message)
-    broker.execute_waking(pipe, {message.queue_name for message in sent})
-    for message in sent:
-        broker.emit_after("enqueue", message, None)
 
 
 def enqueue_delivery(delivery_id: int, token: str) -> None:

@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+from uuid import uuid4
 
 import redis
 from dramatiq.broker import Consumer, MessageProxy
@@ -64,10 +65,30 @@ class WakingRedisBroker(RedisBroker):
     def do_enqueue(self, queue_name: str, message_id: str, data: bytes) -> Any:
         """`RedisBroker.enqueue`'s dispatch, and the wake, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        self.dispatch_enqueue(pipe, queue_name, message_id, data)
-        return self.execute_waking(pipe, [queue_name])[0]
+        self._dispatch_enqueue(pipe, queue_name, message_id, data)
+        return self._execute_waking(pipe, [queue_name])[0]
 
-    def execute_waking(self, pipe: Any, queue_names: Iterable[str]) -> list[Any]:
+    def enqueue_many(self, messages: Sequence[Message[Any]]) -> None:
+        """`enqueue` for many messages (no delay) in one round trip: each message gets its Redis
+        id and the enqueue middleware hooks, and the dispatch script `enqueue` runs; each queue's
+        consumers are woken once. Dramatiq has no batch API; this follows `RedisBroker.enqueue`
+        of dramatiq 2.x."""
+        if not messages:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        sent = []
+        for message in messages:
+            message = message.copy(options={"redis_message_id": str(uuid4())})
+            self.emit_before("enqueue", message, None)
+            self._dispatch_enqueue(
+                pipe, message.queue_name, message.options["redis_message_id"], message.encode()
+            )
+            sent.append(message)
+        self._execute_waking(pipe, {message.queue_name for message in sent})
+        for message in sent:
+            self.emit_after("enqueue", message, None)
+
+    def _execute_waking(self, pipe: Any, queue_names: Iterable[str]) -> list[Any]:
         """Run `pipe` with a wake for each of `queue_names` after its commands; the commands'
         results. A wake the server refuses turns wakes off (polling, as Dramatiq's broker); any
         other error is raised, as `execute` would."""
@@ -82,10 +103,13 @@ class WakingRedisBroker(RedisBroker):
         for channel, result in zip(channels, results[len(sent) :], strict=True):
             if isinstance(result, redis.ResponseError) and not self.wakes_refused:
                 self.wakes_refused = True
-                log.warning(REFUSED, channel, result, self.namespace, self.namespace)
+                self.warn_refused(channel, result)
         return sent
 
-    def dispatch_enqueue(self, pipe: Any, queue_name: str, message_id: str, data: bytes) -> None:
+    def warn_refused(self, channel: str, exc: Exception) -> None:
+        log.warning(REFUSED, channel, exc, self.namespace, self.namespace)
+
+    def _dispatch_enqueue(self, pipe: Any, queue_name: str, message_id: str, data: bytes) -> None:
         """Queue on `pipe` the `enqueue` of Dramatiq's dispatch script, with the arguments
         `RedisBroker.enqueue` gives it (dramatiq 2.x)."""
         self.scripts["dispatch"](
@@ -187,7 +211,7 @@ class _WakingConsumer(_RedisConsumer):
 
     def _refused(self, exc: redis.ResponseError) -> None:
         """The server refused the subscription (an ACL without the channel): poll from now on."""
-        log.warning(REFUSED, self._channel, exc, self.broker.namespace, self.broker.namespace)
+        self.broker.warn_refused(self._channel, exc)
         if self._wakes is not None:
             self._wakes.close()
             self._wakes = None
@@ -198,7 +222,7 @@ class _WakingConsumer(_RedisConsumer):
         try:
             super().requeue(messages)
             if messages:
-                self.broker.execute_waking(self.broker.client.pipeline(False), [self.queue_name])
+                self.broker._execute_waking(self.broker.client.pipeline(False), [self.queue_name])
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None
 

@@ -15,7 +15,6 @@ import pytest
 import redis
 from dramatiq.broker import Consumer, MessageProxy
 
-from agent_engine.workers.broker import send_pipelined
 from agent_engine.workers.waking_redis import WakingRedisBroker
 
 QUEUE = "wake-test"
@@ -53,10 +52,13 @@ class Looks:
         broker.do_fetch = counted  # type: ignore[method-assign]
 
 
-def next_message(consumer: Consumer, stop: threading.Event, looks: Looks) -> MessageProxy | None:
+def next_message(
+    consumer: Consumer, stop: threading.Event, looks: Looks | None = None
+) -> MessageProxy | None:
     """Iterate the consumer (as Dramatiq's consumer thread does) until a message comes."""
     while not stop.is_set():
-        looks.turns += 1
+        if looks is not None:
+            looks.turns += 1
         found = next(consumer)
         if found is not None:
             return found
@@ -70,6 +72,49 @@ def waiter() -> Iterator[ThreadPoolExecutor]:
         yield pool
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Consumers:
+    """The test's consumers and extra brokers, and the stop their threads iterate under: all
+    stopped and closed when the test ends."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._consumers: list[Consumer] = []
+        self._brokers: list[WakingRedisBroker] = []
+
+    def broker(self, url: str) -> WakingRedisBroker:
+        broker = WakingRedisBroker(url=url)
+        broker.declare_queue(QUEUE)
+        self._brokers.append(broker)
+        return broker
+
+    def of(
+        self, broker: WakingRedisBroker, *, prefetch: int, timeout: int = POLL_TIMEOUT_MS
+    ) -> Consumer:
+        consumer = broker.consume(QUEUE, prefetch=prefetch, timeout=timeout)
+        self._consumers.append(consumer)
+        return consumer
+
+    def close(self, consumer: Consumer) -> None:
+        self._consumers.remove(consumer)
+        consumer.close()
+
+    def close_all(self) -> None:
+        self.stop.set()
+        for consumer in self._consumers:
+            consumer.close()
+        for broker in self._brokers:
+            broker.close()
+
+
+@pytest.fixture
+def consumers() -> Iterator[Consumers]:
+    made = Consumers()
+    try:
+        yield made
+    finally:
+        made.close_all()
 
 
 def idle(
@@ -91,92 +136,64 @@ def receive(future: Future[MessageProxy | None], consumer: Consumer) -> tuple[An
 
 
 def test_an_idle_consumer_waits_without_polling_and_an_enqueue_wakes_it(
-    broker: WakingRedisBroker, waiter: ThreadPoolExecutor
+    broker: WakingRedisBroker, consumers: Consumers, waiter: ThreadPoolExecutor
 ) -> None:
     looks = Looks(broker)
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
-    stop = threading.Event()
-    try:
-        future = idle(waiter, consumer, stop, looks)
-        # One look, and one more after the subscription's confirmation; Dramatiq's own consumer
-        # looks about ten times in a second of backing off.
-        assert looks.fetches <= 2
-        broker.enqueue(message(1))
-        assert receive(future, consumer) == (1,)
-    finally:
-        stop.set()
-        consumer.close()
+    consumer = consumers.of(broker, prefetch=4)
+    future = idle(waiter, consumer, consumers.stop, looks)
+    # One look, and one more after the subscription's confirmation; Dramatiq's own consumer
+    # looks about ten times in a second of backing off.
+    assert looks.fetches <= 2
+    broker.enqueue(message(1))
+    assert receive(future, consumer) == (1,)
 
 
 def test_a_pipelined_batch_wakes_every_consumer_of_the_queue(
-    broker: WakingRedisBroker, redis_url: str, waiter: ThreadPoolExecutor
+    broker: WakingRedisBroker, redis_url: str, consumers: Consumers, waiter: ThreadPoolExecutor
 ) -> None:
     """Two processes' consumers (two brokers), both idle: one batch wakes both."""
-    other = WakingRedisBroker(url=redis_url)
-    other.declare_queue(QUEUE)
+    other = consumers.broker(redis_url)
     looks = [Looks(broker), Looks(other)]
-    first = broker.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
-    second = other.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
-    stop = threading.Event()
-    try:
-        futures = [waiter.submit(next_message, first, stop, looks[0])]
-        futures.append(idle(waiter, second, stop, looks[1]))
-        assert [one.fetches <= 2 for one in looks] == [True, True]
-        send_pipelined(broker, [message(1), message(2)])
-        got = [receive(futures[0], first), receive(futures[1], second)]
-        assert sorted(got) == [(1,), (2,)]
-    finally:
-        stop.set()
-        first.close()
-        second.close()
-        other.close()
+    first = consumers.of(broker, prefetch=1)
+    second = consumers.of(other, prefetch=1)
+    futures = [waiter.submit(next_message, first, consumers.stop, looks[0])]
+    futures.append(idle(waiter, second, consumers.stop, looks[1]))
+    assert [one.fetches <= 2 for one in looks] == [True, True]
+    broker.enqueue_many([message(1), message(2)])
+    got = [receive(futures[0], first), receive(futures[1], second)]
+    assert sorted(got) == [(1,), (2,)]
 
 
 def test_a_consumer_with_its_prefetch_full_looks_again_when_a_message_is_acked(
-    broker: WakingRedisBroker, waiter: ThreadPoolExecutor
+    broker: WakingRedisBroker, consumers: Consumers, waiter: ThreadPoolExecutor
 ) -> None:
     looks = Looks(broker)
-    consumer = broker.consume(QUEUE, prefetch=1, timeout=POLL_TIMEOUT_MS)
-    stop = threading.Event()
-    try:
-        broker.enqueue(message(1))
-        broker.enqueue(message(2))
-        taken = next_message(consumer, stop, looks)
-        assert taken is not None and taken.args == (1,)
-        looks.turns = 0
-        future = idle(waiter, consumer, stop, looks)  # full: it waits for a free place
-        assert looks.turns == 1  # Dramatiq's own consumer turns about ten times a second
-        consumer.ack(taken)
-        assert receive(future, consumer) == (2,)
-    finally:
-        stop.set()
-        consumer.close()
+    consumer = consumers.of(broker, prefetch=1)
+    broker.enqueue(message(1))
+    broker.enqueue(message(2))
+    taken = next_message(consumer, consumers.stop, looks)
+    assert taken is not None and taken.args == (1,)
+    looks.turns = 0
+    future = idle(waiter, consumer, consumers.stop, looks)  # full: it waits for a free place
+    assert looks.turns == 1  # Dramatiq's own consumer turns about ten times a second
+    consumer.ack(taken)
+    assert receive(future, consumer) == (2,)
 
 
 def test_a_closed_consumer_gives_back_the_messages_it_fetched_and_no_thread_took(
-    broker: WakingRedisBroker, redis_url: str, waiter: ThreadPoolExecutor
+    broker: WakingRedisBroker, redis_url: str, consumers: Consumers, waiter: ThreadPoolExecutor
 ) -> None:
     """A stopping worker's consumer often holds a fetch (woken as messages arrive): they go
     back to the queue at once, not when its heartbeat lapses a minute later."""
-    stop = threading.Event()
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
-    send_pipelined(broker, [message(1), message(2)])
-    taken = next_message(consumer, stop, Looks(broker))
+    consumer = consumers.of(broker, prefetch=4)
+    broker.enqueue_many([message(1), message(2)])
+    taken = next_message(consumer, consumers.stop)
     assert taken is not None and taken.args == (1,)
     consumer.ack(taken)
-    consumer.close()  # message 2 was fetched with message 1
+    consumers.close(consumer)  # message 2 was fetched with message 1
 
-    other = WakingRedisBroker(url=redis_url)
-    other.declare_queue(QUEUE)
-    successor = other.consume(QUEUE, prefetch=4, timeout=POLL_TIMEOUT_MS)
-    try:
-        assert receive(waiter.submit(next_message, successor, stop, Looks(other)), successor) == (
-            2,
-        )
-    finally:
-        stop.set()
-        successor.close()
-        other.close()
+    successor = consumers.of(consumers.broker(redis_url), prefetch=4)
+    assert receive(waiter.submit(next_message, successor, consumers.stop), successor) == (2,)
 
 
 @pytest.fixture
@@ -201,22 +218,19 @@ def no_channels_url(redis_url: str) -> Iterator[str]:
 
 
 def test_a_user_refused_the_channels_still_sends_and_consumes_by_polling(
-    no_channels_url: str, waiter: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+    no_channels_url: str,
+    consumers: Consumers,
+    waiter: ThreadPoolExecutor,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    broker = WakingRedisBroker(url=no_channels_url)
-    broker.declare_queue(QUEUE)
-    consumer = broker.consume(QUEUE, prefetch=4, timeout=200)
-    stop = threading.Event()
-    try:
-        looking = waiter.submit(next_message, consumer, stop, Looks(broker))
-        broker.enqueue(message(1))
-        send_pipelined(broker, [message(2)])
-        assert receive(looking, consumer) == (1,)
-        assert next_message(consumer, stop, Looks(broker)) is not None
-    finally:
-        stop.set()
-        consumer.close()
-        broker.close()
+    broker = consumers.broker(no_channels_url)
+    consumer = consumers.of(broker, prefetch=4, timeout=200)
+    looking = waiter.submit(next_message, consumer, consumers.stop)
+    broker.enqueue(message(1))
+    broker.enqueue_many([message(2)])
+    assert receive(looking, consumer) == (1,)
+    assert next_message(consumer, consumers.stop) is not None
+    consumers.close(consumer)
     assert broker.wakes_refused
     refusals = [r.getMessage() for r in caplog.records if "refused the wake channel" in r.message]
     # Said once by the broker (its publish) and once by the consumer (its subscription).
