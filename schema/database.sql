@@ -121,6 +121,70 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- Name: agent_runs_week_tokens(); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.agent_runs_week_tokens() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    owner bigint;
+    week record;
+    counted boolean;
+BEGIN
+    SELECT a.user_id INTO owner FROM agents a WHERE a.id = NEW.agent_id;
+    IF owner IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.finished_at IS NOT NULL AND OLD.tokens_used <> 0 THEN
+        UPDATE budget_weeks b SET tokens_used = b.tokens_used - OLD.tokens_used
+        WHERE b.user_id = owner
+          AND b.window_start <= OLD.finished_at AND b.window_end > OLD.finished_at;
+    END IF;
+    IF NEW.finished_at IS NULL OR NEW.tokens_used = 0 THEN
+        RETURN NEW;
+    END IF;
+    SELECT * INTO week FROM budget_week_of(NEW.finished_at);
+    WITH added AS (
+        UPDATE budget_weeks b SET tokens_used = b.tokens_used + NEW.tokens_used
+        WHERE b.user_id = owner
+          AND b.window_start <= NEW.finished_at AND b.window_end > NEW.finished_at
+        RETURNING b.window_start = week.window_start AND b.window_end = week.window_end AS this
+    )
+    SELECT COALESCE(bool_or(added.this), false) INTO counted FROM added;
+    IF NOT counted THEN
+        INSERT INTO budget_weeks AS b (user_id, window_start, window_end, tokens_used)
+        SELECT owner, week.window_start, week.window_end,
+               NEW.tokens_used + COALESCE(SUM(w.used), 0)
+        FROM agents a CROSS JOIN LATERAL (
+            SELECT SUM(r.tokens_used) AS used FROM agent_runs r
+            WHERE r.agent_id = a.id AND r.id <> NEW.id
+              AND r.finished_at >= week.window_start AND r.finished_at < week.window_end) w
+        WHERE a.user_id = owner
+        ON CONFLICT (user_id, window_start, window_end)
+        DO UPDATE SET tokens_used = b.tokens_used + NEW.tokens_used;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- Name: agent_runs_week_tokens_deleted(); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.agent_runs_week_tokens_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE budget_weeks b SET tokens_used = b.tokens_used - d.tokens
+    FROM (SELECT w.user_id, w.window_start, w.window_end, SUM(g.tokens_used) AS tokens
+          FROM gone g
+          JOIN agents a ON a.id = g.agent_id
+          JOIN budget_weeks w ON w.user_id = a.user_id
+           AND w.window_start <= g.finished_at AND w.window_end > g.finished_at
+          WHERE g.tokens_used <> 0
+          GROUP BY w.user_id, w.window_start, w.window_end) d
+    WHERE b.user_id = d.user_id AND b.window_start = d.window_start
+      AND b.window_end = d.window_end;
+    RETURN NULL;
+END $$;
+
 -- Name: agents_clear_next_run_at(); Type: FUNCTION; Schema: public; Owner: -
 
 CREATE FUNCTION public.agents_clear_next_run_at() RETURNS trigger
@@ -131,6 +195,23 @@ BEGIN
             AND NEW.schedule IS NOT NULL) THEN
         NEW.next_run_at := NULL;
     END IF;
+    RETURN NEW;
+END $$;
+
+-- Name: agents_forget_budget_weeks(); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.agents_forget_budget_weeks() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM budget_weeks WHERE user_id = OLD.user_id;
+        RETURN OLD;
+    END IF;
+    IF OLD.user_id = NEW.user_id THEN
+        RETURN NEW;
+    END IF;
+    DELETE FROM budget_weeks WHERE user_id IN (OLD.user_id, NEW.user_id);
     RETURN NEW;
 END $$;
 
@@ -175,6 +256,57 @@ BEGIN
         'cap_tokens', NEW.cap_tokens,
         'crossed_at', NEW.crossed_at
     )::text);
+    RETURN NULL;
+END $$;
+
+-- Name: budget_local_midnight(date, text); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.budget_local_midnight(day date, zone text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    local timestamp := day::timestamp;
+    later timestamptz := local AT TIME ZONE zone;
+    before timestamptz := later - interval '6 hours';
+    earlier timestamptz := (local - ((before AT TIME ZONE zone) - (before AT TIME ZONE 'UTC')))
+                           AT TIME ZONE 'UTC';
+BEGIN
+    -- A midnight the clocks went back across is its first occurrence, as Python's zoneinfo
+    -- reads it (fold=0); PostgreSQL reads the second.
+    IF earlier < later AND (earlier AT TIME ZONE zone) = local THEN
+        RETURN earlier;
+    END IF;
+    RETURN later;
+END $$;
+
+-- Name: budget_week_of(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.budget_week_of(at timestamp with time zone, OUT window_start timestamp with time zone, OUT window_end timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    zone text := COALESCE(NULLIF((SELECT p.value #>> '{}' FROM platform_settings p
+                                  WHERE p.key = 'timezone'), ''), 'UTC');
+    sunday date;
+BEGIN
+    BEGIN
+        sunday := (at AT TIME ZONE zone)::date;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        zone := 'UTC';
+        sunday := (at AT TIME ZONE zone)::date;
+    END;
+    sunday := sunday - extract(dow FROM sunday)::int;
+    window_start := budget_local_midnight(sunday, zone);
+    window_end := budget_local_midnight(sunday + 7, zone);
+END $$;
+
+-- Name: budget_weeks_forget_all(); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.budget_weeks_forget_all() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM budget_weeks;
     RETURN NULL;
 END $$;
 
@@ -377,6 +509,15 @@ ALTER TABLE public.budget_alerts ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDE
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+-- Name: budget_weeks; Type: TABLE; Schema: public; Owner: -
+
+CREATE TABLE public.budget_weeks (
+    user_id bigint NOT NULL,
+    window_start timestamp with time zone NOT NULL,
+    window_end timestamp with time zone NOT NULL,
+    tokens_used bigint NOT NULL
 );
 
 -- Name: delivery_targets; Type: TABLE; Schema: public; Owner: -
@@ -637,6 +778,11 @@ ALTER TABLE ONLY public.audit_log
 ALTER TABLE ONLY public.budget_alerts
     ADD CONSTRAINT pk_budget_alerts PRIMARY KEY (id);
 
+-- Name: budget_weeks pk_budget_weeks; Type: CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.budget_weeks
+    ADD CONSTRAINT pk_budget_weeks PRIMARY KEY (user_id, window_start, window_end);
+
 -- Name: delivery_targets pk_delivery_targets; Type: CONSTRAINT; Schema: public; Owner: -
 
 ALTER TABLE ONLY public.delivery_targets
@@ -880,6 +1026,26 @@ CREATE TRIGGER agent_runs_notify_state AFTER UPDATE OF state ON public.agent_run
 
 CREATE TRIGGER agent_runs_token_split BEFORE UPDATE ON public.agent_runs FOR EACH ROW WHEN ((((new.prompt_tokens + new.completion_tokens) <> new.tokens_used) AND (new.state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'skipped'::text])))) EXECUTE FUNCTION public.agent_runs_token_split();
 
+-- Name: agent_runs agent_runs_week_tokens; Type: TRIGGER; Schema: public; Owner: -
+
+CREATE TRIGGER agent_runs_week_tokens BEFORE INSERT ON public.agent_runs FOR EACH ROW WHEN (((new.finished_at IS NOT NULL) AND (new.tokens_used <> 0))) EXECUTE FUNCTION public.agent_runs_week_tokens();
+
+-- Name: agent_runs agent_runs_week_tokens_delete; Type: TRIGGER; Schema: public; Owner: -
+
+CREATE TRIGGER agent_runs_week_tokens_delete AFTER DELETE ON public.agent_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.agent_runs_week_tokens_deleted();
+
+-- Name: agent_runs agent_runs_week_tokens_truncate; Type: TRIGGER; Schema: public; Owner: -
+
+CREATE TRIGGER agent_runs_week_tokens_truncate AFTER TRUNCATE ON public.agent_runs FOR EACH STATEMENT EXECUTE FUNCTION public.budget_weeks_forget_all();
+
+-- Name: agent_runs agent_runs_week_tokens_update; Type: TRIGGER; Schema: public; Owner: -
+
+CREATE TRIGGER agent_runs_week_tokens_update BEFORE UPDATE ON public.agent_runs FOR EACH ROW WHEN ((((old.finished_at IS DISTINCT FROM new.finished_at) OR (old.tokens_used IS DISTINCT FROM new.tokens_used)) AND (((new.finished_at IS NOT NULL) AND (new.tokens_used <> 0)) OR ((old.finished_at IS NOT NULL) AND (old.tokens_used <> 0))))) EXECUTE FUNCTION public.agent_runs_week_tokens();
+
+-- Name: agents agents_forget_budget_weeks; Type: TRIGGER; Schema: public; Owner: -
+
+CREATE TRIGGER agents_forget_budget_weeks BEFORE DELETE OR UPDATE OF user_id ON public.agents FOR EACH ROW EXECUTE FUNCTION public.agents_forget_budget_weeks();
+
 -- Name: agents agents_gate_clears_next_run_at; Type: TRIGGER; Schema: public; Owner: -
 
 CREATE TRIGGER agents_gate_clears_next_run_at BEFORE INSERT OR UPDATE ON public.agents FOR EACH ROW EXECUTE FUNCTION public.agents_clear_next_run_at();
@@ -944,6 +1110,11 @@ ALTER TABLE ONLY public.agents
 
 ALTER TABLE ONLY public.budget_alerts
     ADD CONSTRAINT fk_budget_alerts_owner_id_users FOREIGN KEY (owner_id) REFERENCES public.users(id) ON DELETE CASCADE;
+
+-- Name: budget_weeks fk_budget_weeks_user_id_users; Type: FK CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.budget_weeks
+    ADD CONSTRAINT fk_budget_weeks_user_id_users FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE CASCADE;
 
 -- Name: kb_document_grants fk_kb_document_grants_document_id_kb_documents; Type: FK CONSTRAINT; Schema: public; Owner: -
 

@@ -48,8 +48,19 @@ def _owner_week(owner: str, *, per_agent: str, total: str) -> str:
 
 def owner_week_tokens(owner: str) -> str:
     """SQL: the tokens of one owner's budget week (`owner` names the owner's id in the enclosing
-    statement): the claim, the one-statement request, the alert after a finish, a page's budget."""
-    return _owner_week(owner, per_agent="SUM(r.tokens_used)", total="COALESCE(SUM(w.used), 0)")
+    statement): the claim, the one-statement request, the alert after a finish, a page's budget.
+
+    The week's row of `budget_weeks` when there is one: the database adds each finished run's
+    tokens to it as the run is written (migration `e0008_budget_weeks`), so it equals the sum in
+    every snapshot. Without one (no run of the week has counted yet, or the database keyed the
+    week differently) the sum itself, agent by agent.
+    """
+    return (
+        "COALESCE((SELECT b.tokens_used FROM budget_weeks b"
+        f" WHERE b.user_id = {owner} AND b.window_start = :start AND b.window_end = :end), "
+        + _owner_week(owner, per_agent="SUM(r.tokens_used)", total="COALESCE(SUM(w.used), 0)")
+        + ")"
+    )
 
 
 _SPENT_OF_OWNER_SQL = text("SELECT " + owner_week_tokens("CAST(:owner_id AS bigint)"))

@@ -33,6 +33,7 @@ ENGINE_TABLES = (
     "agent_runs",
     "agent_tools",
     "budget_alerts",
+    "budget_weeks",
     "audit_log",
     "engine_activity",
     "agent_run_steps",

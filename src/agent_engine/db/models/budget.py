@@ -39,3 +39,17 @@ class BudgetAlert(Base):
     crossed_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+
+
+class BudgetWeek(Base):
+    """An owner's tokens in one budget week, kept by the database as runs finish (migration
+    `e0008_budget_weeks`): what the budget gate reads instead of summing the week."""
+
+    __tablename__ = "budget_weeks"
+
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    window_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    tokens_used: Mapped[int] = mapped_column(BigInteger, nullable=False)
