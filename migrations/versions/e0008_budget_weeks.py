@@ -86,7 +86,7 @@ CREATE FUNCTION agent_runs_week_tokens() RETURNS trigger
 DECLARE
     owner bigint;
     week record;
-    counted boolean;
+    total bigint;
 BEGIN
     SELECT a.user_id INTO owner FROM agents a WHERE a.id = NEW.agent_id;
     IF owner IS NULL THEN
@@ -105,10 +105,11 @@ BEGIN
         UPDATE budget_weeks b SET tokens_used = b.tokens_used + NEW.tokens_used
         WHERE b.user_id = owner
           AND b.window_start <= NEW.finished_at AND b.window_end > NEW.finished_at
-        RETURNING b.window_start = week.window_start AND b.window_end = week.window_end AS this
+        RETURNING b.tokens_used,
+                  b.window_start = week.window_start AND b.window_end = week.window_end AS this
     )
-    SELECT COALESCE(bool_or(added.this), false) INTO counted FROM added;
-    IF NOT counted THEN
+    SELECT max(added.tokens_used) FILTER (WHERE added.this) INTO total FROM added;
+    IF total IS NULL THEN
         INSERT INTO budget_weeks AS b (user_id, window_start, window_end, tokens_used)
         SELECT owner, week.window_start, week.window_end,
                NEW.tokens_used + COALESCE(SUM(w.used), 0)
@@ -118,8 +119,13 @@ BEGIN
               AND r.finished_at >= week.window_start AND r.finished_at < week.window_end) w
         WHERE a.user_id = owner
         ON CONFLICT (user_id, window_start, window_end)
-        DO UPDATE SET tokens_used = b.tokens_used + NEW.tokens_used;
+        DO UPDATE SET tokens_used = b.tokens_used + NEW.tokens_used
+        RETURNING b.tokens_used INTO total;
     END IF;
+    -- The week's total with this run, read under the row's lock (so in commit order) for the
+    -- statement that wrote the run: `db.runs.FINISH` returns it (`runs/alerts.py`).
+    PERFORM set_config('agent_engine.week_tokens',
+                       extract(epoch FROM week.window_start)::bigint || ' ' || total, true);
     RETURN NEW;
 END $$
 """

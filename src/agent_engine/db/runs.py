@@ -313,9 +313,12 @@ FINISH = text(
     " completion_tokens = GREATEST(completion_tokens, :completion_tokens),"
     " finished_at = now(), heartbeat_at = now()"
     " WHERE id = :run_id AND state = 'running'"
-    # What the budget-alert check after the finish needs (runs/alerts.py): no second read.
+    # What the budget-alert check after the finish needs (runs/alerts.py): no second read. The
+    # owner's week with this run, as the `budget_weeks` trigger read it under the week row's lock
+    # ("<window start epoch> <tokens>"; NULL or '' when the run counted nothing).
     " RETURNING (SELECT a.user_id FROM agents a WHERE a.id = agent_runs.agent_id) AS owner_id,"
-    " " + STORED_PLATFORM + " AS platform"
+    " " + STORED_PLATFORM + " AS platform,"
+    " current_setting('agent_engine.week_tokens', true) AS week_tokens"
 )
 
 # --- cancel -------------------------------------------------------------------------------------

@@ -10,6 +10,12 @@ the UNIQUE (owner, window start, percent) constraint makes the inserts of the ot
 records both. A cap lowered mid-week records the thresholds now crossed on the next finish; the
 ones already recorded at the old cap are not recorded again.
 
+Most finishes need no check at all: the finish statement returns the owner's week with the run
+as the `budget_weeks` trigger wrote it, under the week row's lock, so in commit order (migration
+`e0008_budget_weeks`); while that total has reached no threshold, no finish before it can have, and
+nothing is read (`under_every_threshold`). From the first total that reaches one, every finish
+checks after its commit as above.
+
 Within a worker process, the checks of one owner's week take turns, and a check covers every
 finish that had committed when it started: a finish whose commit an already completed check
 covered returns without a statement of its own. So a burst of one owner's runs finishing
@@ -47,12 +53,14 @@ async def record_alerts_after_finish(
     now: datetime,
     owner_id: int | None,
     platform: dict[str, Any] | None,
+    week_tokens: str | None = None,
 ) -> list[BudgetAlertRow]:
     """The thresholds the run's owner has crossed this week and that were not recorded yet.
 
-    `owner_id` (None: the agent was deleted meanwhile) and the stored `platform` settings are what
-    the finish statement returned (`db.runs.FINISH`). Without a cap or alert percents no statement
-    runs at all.
+    `owner_id` (None: the agent was deleted meanwhile), the stored `platform` settings and
+    `week_tokens` are what the finish statement returned (`db.runs.FINISH`). Without a cap or
+    alert percents no statement runs at all; nor when the week with this run had reached no
+    threshold (`week_tokens`, see `under_every_threshold`).
 
     Never raises: the run is finished already, and a failed check is made good by the owner's next
     finishing run (it records every threshold reached and not yet recorded).
@@ -64,6 +72,8 @@ async def record_alerts_after_finish(
         if settings.weekly_token_cap is None or not settings.budget_alert_percents:
             return []
         window = week_window(now, settings.zone)
+        if under_every_threshold(week_tokens, window, settings):
+            return []
         turns = _turns.setdefault(asyncio.get_running_loop(), {})
         key = (owner_id, window.start)
         turn = turns.setdefault(key, _Turn())
@@ -88,6 +98,29 @@ async def record_alerts_after_finish(
     except Exception:
         log.warning("checking the budget alerts failed", run_id=run_id, exc_info=True)
         return []
+
+
+def under_every_threshold(
+    week_tokens: str | None, window: BudgetWindow, platform: PlatformSettings
+) -> bool:
+    """Whether the owner's week, as the finish's own write left it, had reached no threshold.
+
+    `week_tokens` ("<window start, epoch seconds> <tokens>") is the owner's total for the week
+    with this run, which the `budget_weeks` trigger read under the week row's lock: the finishes
+    of one owner's week take that lock in turn, so each total holds every finish committed before
+    it, and the finish that takes the week across a threshold is the one that sees it reached and
+    checks after its commit (as does every later one). A total of another window than `window`
+    (the week turned between the write and now, or the two disagree on the zone), or none (the
+    run counted no tokens), is no answer: the check runs.
+    """
+    if not week_tokens:
+        return False
+    start, _, tokens = week_tokens.partition(" ")
+    if int(start) != int(window.start.timestamp()):
+        return False
+    return not thresholds_reached(
+        int(tokens), platform.weekly_token_cap, platform.budget_alert_percents
+    )
 
 
 @dataclass

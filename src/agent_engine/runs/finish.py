@@ -147,6 +147,7 @@ async def finish(
         now=datetime.now(UTC),
         owner_id=finished.owner_id,
         platform=finished.platform,
+        week_tokens=finished.week_tokens,
     )
     return state
 

@@ -1,5 +1,6 @@
 """What a one-call run costs the database, counted on the wire (a relay in front of PostgreSQL):
-the request in one statement; the claim in one, the finish in one, the budget-alert check in one —
+the request in one statement; the claim in one, the finish in one, and the budget-alert check (a
+sum and an insert) only once the owner's week has reached a threshold —
 and the one-statement request and claim keep every refusal their transactions make (budget, gate,
 a run unfinished, settings changed since)."""
 
@@ -47,7 +48,7 @@ async def _run_once(
     return run_id, await execute_run(counted, runtime, run_id)
 
 
-async def test_a_one_call_run_costs_three_round_trips_with_a_cap_and_two_without(
+async def test_a_one_call_run_costs_two_round_trips_until_its_week_reaches_an_alert(
     engine: AsyncEngine,
     factories: Factories,
     fake_openai: FakeOpenAIServer,
@@ -58,21 +59,24 @@ async def test_a_one_call_run_costs_three_round_trips_with_a_cap_and_two_without
     await factories.setting(WEEKLY_TOKEN_CAP, 1_000_000)
     agent = await fake_agent()
     fake_openai.script(lambda _: text_reply("Done.", prompt_tokens=30, completion_tokens=12))
-    async with Runtime(counted_engine) as runtime:
-        # Warm: the first claim of the process reads the settings in its transaction, and the
-        # connection prepares each statement once.
-        for _ in range(2):
-            await _run_once(engine, counted_engine, runtime, agent["id"])
 
+    async def measured() -> tuple[int, RunState | None, int]:
+        # Warm: the first claim after a settings change reads them in its transaction, and the
+        # connection prepares each statement once.
+        await _run_once(engine, counted_engine, runtime, agent["id"])
         trips.count = 0
         run_id, state = await _run_once(engine, counted_engine, runtime, agent["id"])
-        with_cap = trips.count
+        return run_id, state, trips.count
 
-        await factories.setting(WEEKLY_TOKEN_CAP, None)
-        await _run_once(engine, counted_engine, runtime, agent["id"])  # settings changed: warm
-        trips.count = 0
+    async with Runtime(counted_engine) as runtime:
         await _run_once(engine, counted_engine, runtime, agent["id"])
-        without_cap = trips.count
+        run_id, state, under_cap = await measured()  # 42 of 1,000,000 tokens: no alert near
+        await factories.setting(WEEKLY_TOKEN_CAP, None)
+        _, _, without_cap = await measured()
+        # 210 tokens spent; the next run reaches 80 % of the cap (240), the one after it is over
+        # that threshold still.
+        await factories.setting(WEEKLY_TOKEN_CAP, 300)
+        _, reached_state, reached = await measured()
 
     assert state is RunState.SUCCEEDED
     row = await run_row(engine, run_id)
@@ -82,9 +86,15 @@ async def test_a_one_call_run_costs_three_round_trips_with_a_cap_and_two_without
     assert [(s["index"], s["kind"], s["output"], s["finished_at"] is not None) for s in steps] == [
         (0, "model_call", "Done.", True)
     ]
-    # claim, finish, the week's sum for the budget alerts; no cap: no sum
-    assert with_cap <= MAX_ROUND_TRIPS_PER_RUN, trips.statements
-    assert without_cap <= with_cap - 1
+    # The claim and the finish: the finish returns the owner's week with the run, under every
+    # threshold, so no budget-alert check follows.
+    assert under_cap == 2 <= MAX_ROUND_TRIPS_PER_RUN, trips.statements
+    assert without_cap == 2
+    assert reached_state is RunState.SUCCEEDED
+    # Reached: the check's sum and its (idempotent) insert after the commit, as before.
+    assert reached == 4, trips.statements
+    alerts = await fetch(engine, "SELECT percent, used_tokens FROM budget_alerts")
+    assert [(a["percent"], a["used_tokens"]) for a in alerts] == [(80, 252)]
 
 
 async def test_the_one_statement_claim_refuses_what_the_transaction_refuses(
