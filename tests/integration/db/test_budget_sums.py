@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db.spend import owner_week_tokens, spent_costs, spent_tokens
 from agent_engine.domain.budget import BudgetWindow
@@ -38,13 +38,27 @@ async def _finished_runs(engine: AsyncEngine, agent_ids: list[int], per_agent: i
         )
 
 
-def _rows_read_from_runs(plan: dict[str, Any]) -> int:
+async def week_sum_plan(conn: AsyncConnection, owner_id: int, window: BudgetWindow) -> Any:
+    """The executed plan of one owner's week (`owner_week_tokens`), as JSON."""
+    explained = (
+        await conn.execute(
+            text(
+                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT "
+                + owner_week_tokens("CAST(:owner_id AS bigint)")
+            ),
+            {"owner_id": owner_id, "start": window.start, "end": window.end},
+        )
+    ).scalar_one()
+    return (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+
+
+def rows_read_from_runs(plan: dict[str, Any]) -> int:
     """Rows the plan's scans of `agent_runs` (table or index) returned, over all their loops."""
     read = 0
     if plan.get("Relation Name") == "agent_runs":
         read += int(plan["Actual Rows"]) * int(plan["Actual Loops"])
     for child in plan.get("Plans", []):
-        read += _rows_read_from_runs(child)
+        read += rows_read_from_runs(child)
     return read
 
 
@@ -119,18 +133,9 @@ async def test_one_owners_week_reads_only_that_owners_runs_with_stale_statistics
     await _finished_runs(engine, [a["id"] for a in others], per_agent=200)  # 4,000 runs
 
     async with engine.connect() as conn:
-        explained = (
-            await conn.execute(
-                text(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) SELECT "
-                    + owner_week_tokens("CAST(:owner_id AS bigint)")
-                ),
-                {"owner_id": owner["id"], "start": WEEK.start, "end": WEEK.end},
-            )
-        ).scalar_one()
+        plan = await week_sum_plan(conn, owner["id"], WEEK)
         used = (await spent_tokens(conn, [owner["id"]], window=WEEK))[owner["id"]]
 
-    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
     assert used == 500
     # The owner's 50 runs, not the busy owner's 4,000 with them.
-    assert _rows_read_from_runs(plan) <= 50, json.dumps(plan, indent=1)
+    assert rows_read_from_runs(plan) <= 50, json.dumps(plan, indent=1)

@@ -19,12 +19,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.platform import TIMEZONE
-from agent_engine.db.spend import owner_week_tokens, spent_tokens
+from agent_engine.db.spend import spent_tokens
 from agent_engine.domain.budget import week_window
 from agent_engine.domain.runs import RunState
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.runs.finish import finish
-from tests.integration.db.test_budget_sums import _rows_read_from_runs
+from tests.integration.db.test_budget_sums import rows_read_from_runs, week_sum_plan
 from tests.support.factories import Factories
 
 # Each row against the sum of its own window, recomputed from the journal.
@@ -274,16 +274,7 @@ async def test_the_gate_reads_the_row_and_not_the_week(
             await factories.run(agent["id"], state="succeeded", tokens_used=7, finished_at=now)
     window = week_window(now, ZoneInfo("UTC"))
     async with engine.connect() as conn:
-        explained = (
-            await conn.execute(
-                text(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) SELECT "
-                    + owner_week_tokens("CAST(:owner_id AS bigint)")
-                ),
-                {"owner_id": owner["id"], "start": window.start, "end": window.end},
-            )
-        ).scalar_one()
+        plan = await week_sum_plan(conn, owner["id"], window)
         used = await spent_tokens(conn, [owner["id"]], window=window)
-    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
     assert used == {owner["id"]: 420}
-    assert _rows_read_from_runs(plan) == 0, json.dumps(plan, indent=1)
+    assert rows_read_from_runs(plan) == 0, json.dumps(plan, indent=1)
