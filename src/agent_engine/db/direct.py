@@ -12,15 +12,19 @@ to asyncpg's `$n` form, on the same pooled connection, and returns rows `read_ro
   tests and benchmark count them).
 - Values are decoded by the same asyncpg codecs SQLAlchemy set up on the connection (JSON
   included); a test holds the rows equal to those read through SQLAlchemy.
+- Errors are SQLAlchemy's: an asyncpg error is translated by the dialect's adapter and handed to
+  the connection's own handler, which wraps it (`IntegrityError`, `DBAPIError` …) and invalidates
+  the connection when it is a disconnect (`connection_invalidated`), as `conn.execute` would. The
+  worker's claim and finish (`fetch_one`) retry on exactly that.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from sqlalchemy import TextClause
+from sqlalchemy import Connection, Row, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 # Per statement object (hashed by identity): its asyncpg SQL and its parameter names in `$n`
@@ -62,8 +66,54 @@ async def fetch(conn: AsyncConnection, statement: TextClause, params: Mapping[st
         else await conn.get_raw_connection()
     )
     driver: Any = raw.driver_connection
-    rows = await driver.fetch(sql, *args)
+    try:
+        rows = await driver.fetch(sql, *args)
+    except BaseException as error:
+        _raise_as_sqlalchemy(sync, raw, error, sql, args)
     return Fetched(tuple(rows[0].keys()) if rows else (), rows)
+
+
+async def fetch_one(
+    conn: AsyncConnection, statement: TextClause, params: Mapping[str, Any]
+) -> Row[Any] | Record | None:
+    """`statement`'s first row (read by attribute, as a `Row`), or None; as `fetch`."""
+    rows = await fetch(conn, statement, params)
+    for row in rows:
+        return row if isinstance(row, Row) else Record(row)
+    return None
+
+
+class Record:
+    """An asyncpg record read by attribute, as a SQLAlchemy `Row` is (`row.state`)."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Mapping[str, Any]) -> None:
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._record[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def _mapping(self) -> Mapping[str, Any]:
+        return self._record
+
+
+def _raise_as_sqlalchemy(
+    sync: Connection, raw: Any, error: BaseException, sql: str, args: Sequence[Any]
+) -> NoReturn:
+    """Raise `error` as `conn.execute` would have: translated by the dialect's adapter, then
+    through the connection's handler (wrapping, invalidation on a disconnect, the events)."""
+    translated = error
+    if isinstance(error, Exception):
+        try:
+            raw.dbapi_connection._handle_exception(error)
+        except Exception as adapted:  # the adapter always raises
+            translated = adapted
+    sync._handle_dbapi_exception(translated, sql, tuple(args), None, None)
 
 
 def _asyncpg_form(statement: TextClause, conn: AsyncConnection) -> tuple[str, tuple[str, ...]]:

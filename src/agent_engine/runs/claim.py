@@ -26,6 +26,7 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import approvals as approvals_db
+from agent_engine.db import direct
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.approvals import Decided
 from agent_engine.db.lane import autocommit
@@ -90,16 +91,11 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
     if seen is None:
         return None
     async with autocommit(engine) as conn:
-        row = (
-            await conn.execute(
-                runs_sql.CLAIM_AT_ONCE,
-                {
-                    "run_id": run_id,
-                    **seen_platform.budget_params(seen, now),
-                    "now": utc_now(),
-                },
-            )
-        ).one_or_none()
+        row = await direct.fetch_one(
+            conn,
+            runs_sql.CLAIM_AT_ONCE,
+            {"run_id": run_id, **seen_platform.budget_params(seen, now), "now": utc_now()},
+        )
     if row is None:
         return Claim(run_id, None)
     if not row.started:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import CursorResult, Row, TextClause
+from sqlalchemy import Row, TextClause
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.db import direct
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.lane import autocommit
 from agent_engine.db.run_steps import NO_PENDING
@@ -154,31 +155,35 @@ async def finish(
 
 async def _write_one(engine: AsyncEngine, statement: TextClause, params: dict[str, Any]) -> int:
     """One compare-and-set UPDATE in autocommit: the rows it changed."""
-    return await _autocommit(engine, statement, params, lambda result: int(result.rowcount))
+
+    async def write(conn: AsyncConnection) -> int:
+        return int((await conn.execute(statement, params)).rowcount)
+
+    return await _autocommit(engine, write)
 
 
 async def _write_one_returning(
     engine: AsyncEngine, statement: TextClause, params: dict[str, Any]
-) -> Row[Any] | None:
-    """One compare-and-set with RETURNING in autocommit: the row written, None if none."""
-    return await _autocommit(engine, statement, params, lambda result: result.first())
+) -> Row[Any] | direct.Record | None:
+    """One compare-and-set with RETURNING in autocommit: the row written, None if none (through
+    asyncpg directly, `db/direct.py`: the finish is on every run's path)."""
+
+    async def write(conn: AsyncConnection) -> Row[Any] | direct.Record | None:
+        return await direct.fetch_one(conn, statement, params)
+
+    return await _autocommit(engine, write)
 
 
-async def _autocommit(
-    engine: AsyncEngine,
-    statement: TextClause,
-    params: dict[str, Any],
-    read: Callable[[CursorResult[Any]], T],
-) -> T:
-    """One statement in autocommit (atomic alone: no BEGIN/COMMIT round trips), its result read
-    by `read` on the connection.
+async def _autocommit(engine: AsyncEngine, write: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """One statement in autocommit (atomic alone: no BEGIN/COMMIT round trips), `write` on the
+    connection.
 
     Retried once on a dead connection; a retry after a lost acknowledgement matches no row.
     """
     for attempt in range(1, SINGLE_WRITE_ATTEMPTS + 1):
         try:
             async with autocommit(engine) as conn:
-                return read(await conn.execute(statement, params))
+                return await write(conn)
         except DBAPIError as exc:
             if not exc.connection_invalidated or attempt == SINGLE_WRITE_ATTEMPTS:
                 raise

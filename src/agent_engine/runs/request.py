@@ -28,6 +28,7 @@ from sqlalchemy import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import direct
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import load_platform_settings
@@ -116,20 +117,19 @@ async def _request_at_once(
     as the transaction does for a missing agent or a closed gate (nothing is written then)."""
     seen = seen_platform.seen()
     async with autocommit(engine) as conn:
-        result = (
-            await conn.execute(
-                runs_sql.REQUEST_AT_ONCE,
-                {
-                    "agent_id": agent_id,
-                    "trigger": str(trigger),
-                    "now": written,
-                    **seen_platform.budget_params(seen, now),
-                },
-            )
-        ).one_or_none()
+        result = await direct.fetch_one(
+            conn,
+            runs_sql.REQUEST_AT_ONCE,
+            {
+                "agent_id": agent_id,
+                "trigger": str(trigger),
+                "now": written,
+                **seen_platform.budget_params(seen, now),
+            },
+        )
     row = _refuse_closed_gate(agent_id, result)
     if row.id is not None:
-        return runs_sql.RunRow.from_row(row)
+        return runs_sql.RunRow.from_row(row._mapping)
     seen_platform.remember(row.platform)  # the stored ones, for the next request
     return None
 
@@ -160,7 +160,9 @@ async def _request_in_transaction(
     return rows[agent_id]
 
 
-def _refuse_closed_gate(agent_id: int, gate: Row[Any] | None) -> Row[Any]:
+def _refuse_closed_gate(
+    agent_id: int, gate: Row[Any] | direct.Record | None
+) -> Row[Any] | direct.Record:
     """The agent's gate row (`AGENT_GATE`'s columns) when it may start; raises when the agent
     is gone or its start gate is closed."""
     if gate is None:

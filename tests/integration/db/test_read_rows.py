@@ -306,3 +306,61 @@ async def test_a_page_s_relations_survive_a_migration_of_their_tables(
             async with engine.begin() as other:
                 await other.execute(text("ALTER TABLE tools DROP COLUMN probe_note"))
                 await other.execute(text("ALTER TABLE agent_models DROP COLUMN probe_note"))
+
+
+_FAILING = (
+    # (statement, parameters): a type error, a constraint, a bad cast, a missing relation
+    ("SELECT 1 / CAST(:zero AS int) AS x", {"zero": 0}),
+    (
+        "INSERT INTO agent_runs (agent_id, trigger, state, tokens_used)"
+        " VALUES (CAST(:agent AS bigint), 'manual', 'queued', 0) RETURNING id",
+        {"agent": 999_999},
+    ),
+    ("SELECT CAST(:value AS int) AS x", {"value": "not a number"}),
+    ("SELECT * FROM no_such_table WHERE id = :id", {"id": 1}),
+)
+
+
+@pytest.mark.parametrize(("sql", "params"), _FAILING)
+async def test_a_direct_statement_fails_as_through_sqlalchemy(
+    engine: AsyncEngine, sql: str, params: dict[str, Any]
+) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    from agent_engine.db import direct
+
+    statement = text(sql)
+    raised: list[DBAPIError] = []
+    for go_direct in (False, True):
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            with pytest.raises(DBAPIError) as caught:
+                if go_direct:
+                    await direct.fetch_one(conn, statement, params)
+                else:
+                    await conn.execute(statement, params)
+            raised.append(caught.value)
+            # The connection is still usable after a statement's error, either way.
+            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+    through_sqlalchemy, through_asyncpg = raised
+    assert type(through_asyncpg) is type(through_sqlalchemy)
+    assert type(through_asyncpg.orig) is type(through_sqlalchemy.orig)
+    assert through_asyncpg.orig.sqlstate == through_sqlalchemy.orig.sqlstate  # type: ignore[union-attr]
+    assert not through_asyncpg.connection_invalidated
+
+
+async def test_a_direct_statement_on_a_dead_connection_invalidates_it(engine: AsyncEngine) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    from agent_engine.db import direct
+
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        async with engine.connect() as other:
+            await other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(DBAPIError) as caught:
+            await direct.fetch_one(conn, text("SELECT :x AS x"), {"x": 1})
+        # As SQLAlchemy reports a dead connection: the finish's and claim's retry key on it.
+        assert caught.value.connection_invalidated
+        assert conn.invalidated
