@@ -4,8 +4,9 @@ the budget-alert sum).
 Each of a run's statements used to check a connection out of the pool, switch it to autocommit
 and check it back in: ~0.15 ms of the worker's CPU per statement, about as much as the statement
 itself, three times a run (bench/README, "CPU per unit of work"). A lane keeps up to `size`
-connections checked out and in autocommit, handing each to one statement at a time; statements
-still go through SQLAlchemy (its errors, its invalidation of a dead connection).
+connections checked out and in autocommit, handing each to one statement at a time. The claim
+and the finish are sent through asyncpg directly on them (`db/direct.py`), their errors raised
+as SQLAlchemy raises them (its exceptions, its invalidation of a dead connection).
 
 A connection that saw an exception (or a cancellation) is not kept: it goes back to the pool,
 which resets it (or drops it when it is dead), as it did after every statement before. A worker
