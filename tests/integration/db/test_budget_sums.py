@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db.spend import owner_week_tokens, spent_costs, spent_tokens
+from agent_engine.db.spend import spent_costs, spent_tokens
 from agent_engine.domain.budget import BudgetWindow
+from tests.integration.db.support import rows_read_from_runs, week_sum_plan
 from tests.support.factories import Factories
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
@@ -36,30 +36,6 @@ async def _finished_runs(engine: AsyncEngine, agent_ids: list[int], per_agent: i
             ),
             {"agents": agent_ids, "n": per_agent, "t": NOW},
         )
-
-
-async def week_sum_plan(conn: AsyncConnection, owner_id: int, window: BudgetWindow) -> Any:
-    """The executed plan of one owner's week (`owner_week_tokens`), as JSON."""
-    explained = (
-        await conn.execute(
-            text(
-                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT "
-                + owner_week_tokens("CAST(:owner_id AS bigint)")
-            ),
-            {"owner_id": owner_id, "start": window.start, "end": window.end},
-        )
-    ).scalar_one()
-    return (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
-
-
-def rows_read_from_runs(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans of `agent_runs` (table or index) returned, over all their loops."""
-    read = 0
-    if plan.get("Relation Name") == "agent_runs":
-        read += int(plan["Actual Rows"]) * int(plan["Actual Loops"])
-    for child in plan.get("Plans", []):
-        read += rows_read_from_runs(child)
-    return read
 
 
 async def test_one_owners_week_equals_the_many_owners_sum(

@@ -24,7 +24,7 @@ from agent_engine.domain.budget import week_window
 from agent_engine.domain.runs import RunState
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.runs.finish import finish
-from tests.integration.db.test_budget_sums import rows_read_from_runs, week_sum_plan
+from tests.integration.db.support import rows_read_from_runs, week_sum_plan
 from tests.support.factories import Factories
 
 # Each row against the sum of its own window, recomputed from the journal.

@@ -10,10 +10,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import agents as agents_db
-from agent_engine.db import catalog, pages, platform, spend, users
+from agent_engine.db import catalog, direct, pages, platform, spend, users
 from agent_engine.db import runs as runs_db
 from agent_engine.db.agents import AgentRow
 from agent_engine.db.catalog import AgentModelRow, ToolRow
@@ -325,10 +326,6 @@ _FAILING = (
 async def test_a_direct_statement_fails_as_through_sqlalchemy(
     engine: AsyncEngine, sql: str, params: dict[str, Any]
 ) -> None:
-    from sqlalchemy.exc import DBAPIError
-
-    from agent_engine.db import direct
-
     statement = text(sql)
     raised: list[DBAPIError] = []
     for go_direct in (False, True):
@@ -350,10 +347,6 @@ async def test_a_direct_statement_fails_as_through_sqlalchemy(
 
 
 async def test_a_direct_statement_on_a_dead_connection_invalidates_it(engine: AsyncEngine) -> None:
-    from sqlalchemy.exc import DBAPIError
-
-    from agent_engine.db import direct
-
     async with engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
