@@ -165,10 +165,10 @@ BEGIN
         DO UPDATE SET tokens_used = b.tokens_used + NEW.tokens_used
         RETURNING b.tokens_used INTO total;
     END IF;
-    -- The week's total with this run, read under the row's lock (so in commit order) for the
-    -- statement that wrote the run: `db.runs.FINISH` returns it (`runs/alerts.py`).
-    PERFORM set_config('agent_engine.week_tokens',
-                       extract(epoch FROM week.window_start)::bigint || ' ' || total, true);
+    -- The week's total with this run, read under the row's lock (so in commit order), for the
+    -- statement that wrote the run: `db.runs.FINISH` returns both (`runs/alerts.py`).
+    PERFORM set_config('agent_engine.week_start', week.window_start::text, true),
+            set_config('agent_engine.week_tokens', total::text, true);
     RETURN NEW;
 END $$;
 

@@ -301,6 +301,13 @@ HEARTBEAT = text(
     " WHERE id = :run_id AND state = 'running'"
 )
 
+
+def _trigger_setting(name: str, type_: str) -> str:
+    """SQL: a value a trigger of this statement left in its transaction's settings
+    (`agent_engine.<name>`, set_config(…, true)), as `type_`; NULL when none did."""
+    return f"CAST(NULLIF(current_setting('agent_engine.{name}', true), '') AS {type_})"
+
+
 # The finish also fixes the run's cost (`agent_runs_cost_at_finish` prices its tokens at the
 # model's prices now), writes the step end the transcript still holds (`FINISH_STEP_CTE`), and the
 # delivery outbox rows (`agent_runs_on_finish`, delivery/outbox.py); `agent_runs_notify` tells the
@@ -315,10 +322,11 @@ FINISH = text(
     " WHERE id = :run_id AND state = 'running'"
     # What the budget-alert check after the finish needs (runs/alerts.py): no second read. The
     # owner's week with this run, as the `budget_weeks` trigger read it under the week row's lock
-    # ("<window start epoch> <tokens>"; NULL or '' when the run counted nothing).
+    # (NULL when the run counted nothing).
     " RETURNING (SELECT a.user_id FROM agents a WHERE a.id = agent_runs.agent_id) AS owner_id,"
     " " + STORED_PLATFORM + " AS platform,"
-    " current_setting('agent_engine.week_tokens', true) AS week_tokens"
+    " " + _trigger_setting("week_start", "timestamptz") + " AS week_start,"
+    " " + _trigger_setting("week_tokens", "bigint") + " AS week_tokens"
 )
 
 # --- cancel -------------------------------------------------------------------------------------

@@ -53,14 +53,15 @@ async def record_alerts_after_finish(
     now: datetime,
     owner_id: int | None,
     platform: dict[str, Any] | None,
-    week_tokens: str | None = None,
+    week_start: datetime | None = None,
+    week_tokens: int | None = None,
 ) -> list[BudgetAlertRow]:
     """The thresholds the run's owner has crossed this week and that were not recorded yet.
 
-    `owner_id` (None: the agent was deleted meanwhile), the stored `platform` settings and
-    `week_tokens` are what the finish statement returned (`db.runs.FINISH`). Without a cap or
-    alert percents no statement runs at all; nor when the week with this run had reached no
-    threshold (`week_tokens`, see `under_every_threshold`).
+    `owner_id` (None: the agent was deleted meanwhile), the stored `platform` settings and the
+    owner's week with this run (`week_start`, `week_tokens`) are what the finish statement
+    returned (`db.runs.FINISH`). Without a cap or alert percents no statement runs at all; nor
+    when the week with this run had reached no threshold (see `under_every_threshold`).
 
     Never raises: the run is finished already, and a failed check is made good by the owner's next
     finishing run (it records every threshold reached and not yet recorded).
@@ -72,7 +73,7 @@ async def record_alerts_after_finish(
         if settings.weekly_token_cap is None or not settings.budget_alert_percents:
             return []
         window = week_window(now, settings.zone)
-        if under_every_threshold(week_tokens, window, settings):
+        if under_every_threshold(week_start, week_tokens, window, settings):
             return []
         turns = _turns.setdefault(asyncio.get_running_loop(), {})
         key = (owner_id, window.start)
@@ -101,25 +102,25 @@ async def record_alerts_after_finish(
 
 
 def under_every_threshold(
-    week_tokens: str | None, window: BudgetWindow, platform: PlatformSettings
+    week_start: datetime | None,
+    week_tokens: int | None,
+    window: BudgetWindow,
+    platform: PlatformSettings,
 ) -> bool:
     """Whether the owner's week, as the finish's own write left it, had reached no threshold.
 
-    `week_tokens` ("<window start, epoch seconds> <tokens>") is the owner's total for the week
-    with this run, which the `budget_weeks` trigger read under the week row's lock: the finishes
-    of one owner's week take that lock in turn, so each total holds every finish committed before
-    it, and the finish that takes the week across a threshold is the one that sees it reached and
-    checks after its commit (as does every later one). A total of another window than `window`
-    (the week turned between the write and now, or the two disagree on the zone), or none (the
-    run counted no tokens), is no answer: the check runs.
+    `week_tokens` is the owner's total for the week starting `week_start`, with this run, which
+    the `budget_weeks` trigger read under the week row's lock: the finishes of one owner's week
+    take that lock in turn, so each total holds every finish committed before it, and the finish
+    that takes the week across a threshold is the one that sees it reached and checks after its
+    commit (as does every later one). A total of another week than `window` (the week turned
+    between the write and now, or the two disagree on the zone), or none (the run counted no
+    tokens), is no answer: the check runs.
     """
-    if not week_tokens:
-        return False
-    start, _, tokens = week_tokens.partition(" ")
-    if int(start) != int(window.start.timestamp()):
+    if week_start is None or week_tokens is None or week_start != window.start:
         return False
     return not thresholds_reached(
-        int(tokens), platform.weekly_token_cap, platform.budget_alert_percents
+        week_tokens, platform.weekly_token_cap, platform.budget_alert_percents
     )
 
 

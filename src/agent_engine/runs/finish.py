@@ -148,6 +148,7 @@ async def finish(
         now=datetime.now(UTC),
         owner_id=finished.owner_id,
         platform=finished.platform,
+        week_start=finished.week_start,
         week_tokens=finished.week_tokens,
     )
     return state
