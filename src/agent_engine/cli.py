@@ -115,8 +115,11 @@ def run(
     if missing:
         typer.echo(missing, err=True)
         raise typer.Exit(2)
-    # Without a secret, `run` generates one; a given one must be strong enough.
-    if settings.jwt_secret and (problem := verification_problem(settings)):
+    # Without a secret, `run` generates one; a given one must be strong enough, and a JWKS
+    # needs its audience.
+    if (settings.jwt_secret or settings.jwt_jwks_url) and (
+        problem := verification_problem(settings)
+    ):
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
     from agent_engine.allinone import run_all

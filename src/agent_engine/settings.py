@@ -38,10 +38,14 @@ class Settings(BaseSettings):
 
     jwt_secret: str | None = Field(default=None, description="HS256 secret for bearer tokens.")
     jwt_public_key: str | None = Field(
-        default=None, description="PEM public key (RS256/ES256); replaces the HS256 secret."
+        default=None, description="PEM public key (RSA, EC or Ed25519); replaces the HS256 secret."
     )
     jwt_public_key_file: Path | None = Field(default=None, description="File with the PEM key.")
-    jwt_audience: str | None = Field(default=None, description="Required `aud`, if set.")
+    jwt_audience: str | None = Field(
+        default=None,
+        description="Required `aud`, if set: the api's own identifier at the identity provider "
+        "(required with a JWKS URL).",
+    )
     jwt_issuer: str | None = Field(default=None, description="Required `iss`, if set.")
     jwt_jwks_url: str | None = Field(
         default=None,
@@ -69,6 +73,13 @@ class Settings(BaseSettings):
     )
     jwt_leeway_seconds: float = Field(
         default=30.0, ge=0, description="Clock skew allowed on `exp`, `nbf` and `iat`."
+    )
+    jwt_accepted_types: str = Field(
+        default="at+jwt,JWT",
+        description=(
+            "Comma-separated token types (header `typ`) accepted; a token without `typ` counts "
+            "as `JWT`; empty = not checked."
+        ),
     )
 
     credential_env_prefixes: str = Field(
@@ -233,12 +244,25 @@ class Settings(BaseSettings):
             raise RuntimeError("DATABASE_URL is not set")
         return self.database_url
 
+    @property
+    def jwt_accepted_type_set(self) -> frozenset[str]:
+        """The accepted `typ` values as media types compare: without case, `application/` implied
+        (RFC 7515 §4.1.9)."""
+        return frozenset(
+            media_type(value) for value in self.jwt_accepted_types.split(",") if value.strip()
+        )
+
     def jwt_verification_key(self) -> str | None:
         if self.jwt_public_key:
             return self.jwt_public_key
         if self.jwt_public_key_file:
             return self.jwt_public_key_file.read_text()
         return None
+
+
+def media_type(value: str) -> str:
+    """A JOSE `typ`/`cty` as compared: `application/at+jwt` and `AT+JWT` are `at+jwt`."""
+    return value.strip().lower().removeprefix("application/")
 
 
 def to_asyncpg_url(url: str) -> str:

@@ -63,6 +63,12 @@ def test_compose_command_exists_in_the_cli(service: str, argv: list[str]) -> Non
             {"AGENT_ENGINE_JWT_SECRET": "x" * 31},
             "AGENT_ENGINE_JWT_SECRET is 31 bytes long: it must be at least 32 bytes",
         ),
+        (
+            ["serve"],
+            {"DATABASE_URL": "postgresql://x@h/db", "AGENT_ENGINE_JWT_JWKS_URL": "https://idp/k"},
+            "AGENT_ENGINE_JWT_AUDIENCE is not set",
+        ),
+        (["run"], {"AGENT_ENGINE_JWT_JWKS_URL": "https://idp/k"}, "AGENT_ENGINE_JWT_AUDIENCE"),
         (["worker"], {}, "DATABASE_URL is not set"),
         (["worker"], {"DATABASE_URL": "postgresql://x@h/db"}, "no broker"),
         (["clock"], {}, "no broker"),
@@ -81,6 +87,7 @@ def test_production_commands_refuse_to_start_without_their_configuration(
         "AGENT_ENGINE_JWT_PUBLIC_KEY",
         "AGENT_ENGINE_JWT_PUBLIC_KEY_FILE",
         "AGENT_ENGINE_JWT_JWKS_URL",
+        "AGENT_ENGINE_JWT_AUDIENCE",
     ):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(app, argv, env=env)

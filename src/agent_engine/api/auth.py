@@ -2,10 +2,19 @@
 
 Tokens are JWTs, verified by one `TokenVerifier` per api process (HTTP and WebSocket alike):
 against the identity provider's JWKS (`AGENT_ENGINE_JWT_JWKS_URL`, `api/jwks.py`), a PEM public key
-(RS256/ES256), or an HS256 secret of at least 32 bytes -- in that order; the first configured one
-is the only one used. `exp` is required and may be at most `AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS`
-away (a leaked long-lived token is refused); `alg: none` is never accepted, nor HS256 with a
-public key. Claims: the user id (`sub` unless `AGENT_ENGINE_JWT_USER_ID_CLAIM`, numeric), `email`,
+(RS*, PS*, ES*, EdDSA), or an HS256 secret of at least 32 bytes -- in that order; the first
+configured one is the only one used. `exp` is required, a number (RFC 7519's NumericDate, as are
+`iat` and `nbf` when present: a string would slip past the lifetime limit) and at most
+`AGENT_ENGINE_JWT_MAX_LIFETIME_SECONDS` away (a leaked long-lived token is refused); `alg: none` is
+never accepted, nor HS256 with a public key.
+
+Only access tokens get in: the header's `typ` must be one of `AGENT_ENGINE_JWT_ACCEPTED_TYPES`
+(RFC 9068's `at+jwt`, and `JWT`, which Entra and Keycloak access tokens carry; no `typ` counts as
+`JWT`), a token carrying a claim only ID tokens carry (`nonce`, `at_hash`, `c_hash`, `s_hash`, or
+Keycloak's `typ: ID`) is refused, and with a JWKS the audience is required (`serve` refuses to
+start without it): an ID token's `aud` is the client's id, an access token's the api's.
+
+Claims: the user id (`sub` unless `AGENT_ENGINE_JWT_USER_ID_CLAIM`, numeric), `email`,
 `name`, `zoneinfo` (IANA zone), and the roles (`AGENT_ENGINE_JWT_ROLES_CLAIM`, a dotted path,
 default `roles`); `AGENT_ENGINE_JWT_ADMIN_ROLE` (default `agent_admin`) grants admin.
 
@@ -16,6 +25,7 @@ deactivated user stays deactivated: the token is verified, the user is refused w
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import warnings
@@ -44,7 +54,7 @@ from agent_engine.api.jwks import (
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.db.users import UserRow, upsert_user
 from agent_engine.domain.zones import zone_or_utc
-from agent_engine.settings import Settings
+from agent_engine.settings import Settings, media_type
 
 ADMIN_ROLE = "agent_admin"
 SYMMETRIC_ALGORITHMS = ["HS256"]
@@ -52,6 +62,11 @@ SYMMETRIC_ALGORITHMS = ["HS256"]
 MAX_CLAIM_CHARS = 320
 BEARER = "bearer"
 MIN_HS256_SECRET_BYTES = 32
+# RFC 7519 NumericDate claims: seconds since the epoch, as a JSON number.
+NUMERIC_DATE_CLAIMS = ("exp", "iat", "nbf")
+# Claims OpenID Connect Core defines for ID tokens only: a token carrying one is not an access
+# token, whatever its audience says.
+ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash", "s_hash")
 
 _TTL_RE = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -123,14 +138,25 @@ def mint_token(
 def verification_problem(settings: Settings) -> str | None:
     """Why the api cannot verify tokens safely with these settings (it must not start), or None.
     A short HS256 secret can be brute-forced offline from any token it signed."""
+    if settings.jwt_jwks_url and not settings.jwt_audience:
+        # Without it any token the provider signs gets in -- an ID token issued to some other
+        # client included -- and providers put `aud` in every access token, which PyJWT
+        # refuses when no audience is expected.
+        return (
+            "AGENT_ENGINE_JWT_AUDIENCE is not set: with AGENT_ENGINE_JWT_JWKS_URL it must name "
+            "this api as the identity provider knows it (the `aud` of its access tokens: the "
+            "resource indicator or application ID URI, e.g. api://agent-engine -- not a "
+            "client's id)"
+        )
     if settings.jwt_jwks_url or settings.jwt_verification_key():
         return None
     if not settings.jwt_secret:
         return (
             "no token verification key: set AGENT_ENGINE_JWT_SECRET (HS256, at least "
             f"{MIN_HS256_SECRET_BYTES} random bytes, e.g. `openssl rand -base64 32`), "
-            "AGENT_ENGINE_JWT_PUBLIC_KEY / AGENT_ENGINE_JWT_PUBLIC_KEY_FILE (RS256/ES256) or "
-            "AGENT_ENGINE_JWT_JWKS_URL (the identity provider's keys)"
+            "AGENT_ENGINE_JWT_PUBLIC_KEY / AGENT_ENGINE_JWT_PUBLIC_KEY_FILE (RSA, EC or "
+            "Ed25519) or AGENT_ENGINE_JWT_JWKS_URL with AGENT_ENGINE_JWT_AUDIENCE (the "
+            "identity provider's keys)"
         )
     length = len(settings.jwt_secret.encode())
     if length < MIN_HS256_SECRET_BYTES:
@@ -189,8 +215,9 @@ class TokenVerifier:
         self._public_key = None if self.jwks else settings.jwt_verification_key()
 
     async def verify(self, token: str) -> Claims:
-        """Check the signature, `exp` (required, not too far away) and the optional
-        `aud`/`iss`; read the claims. A token that passed lately is answered from memory."""
+        """Check the signature, `exp` (required, not too far away), that it is an access token,
+        and the optional `aud`/`iss`; read the claims. A token that passed lately is answered
+        from memory."""
         now = self._clock()
         verified = self._verified.get(token)
         if verified is not None and now < verified[0] and verified[1] == self._key_generation():
@@ -220,14 +247,14 @@ class TokenVerifier:
             key, algorithms = settings.jwt_secret, SYMMETRIC_ALGORITHMS
         else:
             raise Unauthenticated("this server has no token verification key configured")
-        options: jwt.types.Options = {"require": ["exp"]}
+        # The audience is checked below, after the token's kind: an ID token is told it is one.
+        options: jwt.types.Options = {"require": ["exp"], "verify_aud": False}
         try:
             with _short_secret_allowed():
-                payload = jwt.decode(
+                decoded = jwt.decode_complete(
                     token,
                     key,
                     algorithms=algorithms,
-                    audience=settings.jwt_audience,
                     issuer=settings.jwt_issuer,
                     leeway=settings.jwt_leeway_seconds,
                     options=options,
@@ -236,6 +263,10 @@ class TokenVerifier:
             raise Unauthenticated("the token has expired") from exc
         except jwt.PyJWTError as exc:
             raise Unauthenticated(f"invalid token: {exc}") from exc
+        payload: dict[str, Any] = decoded["payload"]
+        _check_numeric_dates(payload)
+        _check_access_token(decoded["header"], payload, settings)
+        _check_audience(payload, settings.jwt_audience)
         self._check_lifetime(payload)
         return claims_of(payload, settings), payload.get("exp")
 
@@ -251,6 +282,8 @@ class TokenVerifier:
             )
 
     async def _jwks_key(self, token: str) -> tuple[PyJWK, list[str]]:
+        """The set's key the token names, bound to the token's algorithm when the key may
+        verify it (an RSA key without an `alg` label verifies RS* and PS*)."""
         assert self.jwks is not None
         try:
             header = jwt.get_unverified_header(token)
@@ -260,7 +293,7 @@ class TokenVerifier:
         if kid is not None and not isinstance(kid, str):
             raise Unauthenticated("invalid token: `kid` must be a string")
         try:
-            key = await self.jwks.key_for(kid)
+            signing = await self.jwks.key_for(kid)
         except JwksUnavailable as exc:
             raise Unauthenticated(
                 "cannot verify tokens now: the identity provider's signing keys "
@@ -268,9 +301,97 @@ class TokenVerifier:
             ) from exc
         except UnknownKey as exc:
             raise Unauthenticated(f"invalid token: {exc}") from exc
-        # The key decides the algorithm: a token claiming another (e.g. HS256 "signed" with
-        # the public key) is refused by the decode.
+        # The key decides the algorithms: a token claiming another (e.g. HS256 "signed" with
+        # the public key) is refused here, and the decode checks the header against the key's.
+        key = signing.for_algorithm(header.get("alg"))
+        if key is None:
+            raise Unauthenticated(
+                f"invalid token: its algorithm (`alg` {_shown(header.get('alg'))}) is not one its "
+                f"signing key verifies ({', '.join(signing.algorithms)})"
+            )
         return key, [key.algorithm_name]
+
+
+def _check_numeric_dates(payload: dict[str, Any]) -> None:
+    """`exp`, `iat` and `nbf` are JSON numbers (PyJWT reads `"exp": "9999999999"` as a date, and
+    a string would then skip the lifetime limit and the WebSocket's closing time)."""
+    for claim in NUMERIC_DATE_CLAIMS:
+        if claim in payload and not is_numeric_date(payload[claim]):
+            raise Unauthenticated(
+                f"invalid token: `{claim}` must be a number of seconds since the epoch (an RFC "
+                f"7519 NumericDate), not {_json_kind(payload[claim])}"
+            )
+
+
+def is_numeric_date(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _check_access_token(
+    header: dict[str, Any], payload: dict[str, Any], settings: Settings
+) -> None:
+    """An access token for an api, not an ID token: the header's `typ` is an accepted one (no
+    `typ` is a plain `JWT`, RFC 7519 §5.1), and no claim only ID tokens carry is present."""
+    accepted = settings.jwt_accepted_type_set
+    typ = header.get("typ", "JWT")
+    if accepted and not (isinstance(typ, str) and media_type(typ) in accepted):
+        raise Unauthenticated(
+            f"invalid token: its type (`typ` {_shown(typ)}) is not one this api accepts "
+            f"(AGENT_ENGINE_JWT_ACCEPTED_TYPES: {settings.jwt_accepted_types}); send an access "
+            "token"
+        )
+    marks = [f"`{claim}`" for claim in ID_TOKEN_CLAIMS if claim in payload]
+    if payload.get("typ") == "ID":  # Keycloak labels its ID tokens so in the payload
+        marks.append("`typ: ID`")
+    if marks:
+        raise Unauthenticated(
+            f"invalid token: it is an ID token (it carries {marks[0]}), not an access token; "
+            "send an access token issued for this api"
+        )
+
+
+def _check_audience(payload: dict[str, Any], audience: str | None) -> None:
+    """`aud` names this api when an audience is set; with none set, a token naming one is
+    refused (it was meant for some other service)."""
+    aud = payload.get("aud")
+    if aud is None:
+        if audience is not None:
+            raise Unauthenticated(
+                "invalid token: it has no audience (`aud`); this api accepts tokens issued for "
+                "AGENT_ENGINE_JWT_AUDIENCE only"
+            )
+        return
+    named = [aud] if isinstance(aud, str) else aud
+    if not isinstance(named, list) or not all(isinstance(item, str) for item in named):
+        raise Unauthenticated("invalid token: `aud` must be a string or a list of strings")
+    if audience is None:
+        raise Unauthenticated(
+            "invalid token: it is issued for an audience (`aud`) but this api has no "
+            "AGENT_ENGINE_JWT_AUDIENCE set"
+        )
+    if audience not in named:
+        raise Unauthenticated(
+            "invalid token: wrong audience: its `aud` does not name this api "
+            "(AGENT_ENGINE_JWT_AUDIENCE)"
+        )
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a non-finite number"
+    return {str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _shown(value: object) -> str:
+    """A header value, quoted and cut short (it is the caller's text)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def claims_of(payload: dict[str, Any], settings: Settings) -> Claims:

@@ -10,12 +10,15 @@ made-up ids). So the set is fetched here with httpx, asynchronously, and parsed 
   `refetch_seconds`; between two, unknown ids are refused at once;
 - one fetch at a time: requests arriving during a fetch wait for it instead of sending their own
   (no stampede on the identity provider when a new key appears under load);
-- only asymmetric keys are kept (RSA, EC): a symmetric (`oct`) key in the set is ignored, so no
-  token is ever checked with HS256 against published key material.
+- only asymmetric keys are kept (RSA, EC, Ed25519): a symmetric (`oct`) key in the set is
+  ignored, so no token is ever checked with HS256 against published key material. A key verifies
+  the algorithms its type allows (an RSA key: RS* and PS*; an EC key: the ES* of its curve; an
+  Ed25519 key: EdDSA), or only the one its `alg` labels it with.
 
 When a fetch fails the last good set keeps serving (an identity provider's hiccup does not lock
 everyone out); with no good set at all, tokens are refused with `JwksUnavailable` and `/readyz`
-says why.
+says why: the provider is unreachable, or its set holds no key this api can verify with (each
+key named with the reason).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import jwt
@@ -34,11 +38,21 @@ from jwt import PyJWK
 
 log = logging.getLogger(__name__)
 
-# Algorithms a key from the set may carry (the key decides, the token's header must match); a
-# PEM public key (api/auth.py) accepts the same.
-ASYMMETRIC_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
+# What a key of each type verifies (the key decides, the token's header must name one of its
+# algorithms): RSA keys sign with PKCS#1 v1.5 or RSA-PSS, EC keys with the curve's own hash. A PEM
+# public key (api/auth.py) accepts the same.
+RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
+EC_ALGORITHMS_BY_CURVE = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
+OKP_ALGORITHMS_BY_CURVE = {"Ed25519": "EdDSA"}
+ASYMMETRIC_ALGORITHMS = [
+    *RSA_ALGORITHMS,
+    *EC_ALGORITHMS_BY_CURVE.values(),
+    *OKP_ALGORITHMS_BY_CURVE.values(),
+]
 FETCH_TIMEOUT_SECONDS = 5.0
 MAX_JWKS_BYTES = 1_000_000
+# Unusable keys named in /readyz and the logs; a set of thousands is summed up after these.
+REASONS_SHOWN = 5
 
 
 class JwksUnavailable(Exception):
@@ -47,6 +61,83 @@ class JwksUnavailable(Exception):
 
 class UnknownKey(Exception):
     """The token's `kid` is not in the (freshly fetched, or recently fetched) key set."""
+
+
+class UnusableKey(ValueError):
+    """A key of the set that verifies nothing here (its type, curve, use or `alg` label)."""
+
+
+class UnusableKeySet(ValueError):
+    """The provider answered with a set, but not one key in it verifies anything here."""
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """One key of the set, bound to each algorithm it may verify (PyJWT binds a key to one)."""
+
+    kid: str
+    by_algorithm: Mapping[str, PyJWK]
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        return tuple(self.by_algorithm)
+
+    def for_algorithm(self, algorithm: object) -> PyJWK | None:
+        """The key to verify a token whose header names `algorithm`; None when it may not."""
+        return self.by_algorithm.get(algorithm) if isinstance(algorithm, str) else None
+
+
+def key_algorithms(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    """The algorithms a JWK may verify: the one its `alg` names, else every one its type (and
+    curve) allows. Raises UnusableKey saying why it verifies none."""
+    kty, curve = entry.get("kty"), entry.get("crv")
+    if entry.get("use", "sig") != "sig":
+        raise UnusableKey(f"is for {entry.get('use')!r}, not for signatures")
+    if kty == "RSA":
+        allowed: tuple[str, ...] = RSA_ALGORITHMS
+    elif kty in ("EC", "OKP"):
+        by_curve = EC_ALGORITHMS_BY_CURVE if kty == "EC" else OKP_ALGORITHMS_BY_CURVE
+        if curve not in by_curve:
+            raise UnusableKey(
+                f"is an {kty} key on the curve {_shown(curve)} "
+                f"(this api verifies {', '.join(by_curve)})"
+            )
+        allowed = (by_curve[curve],)
+    elif kty == "oct":
+        raise UnusableKey("is a symmetric (oct) key: never trusted from a published set")
+    else:
+        raise UnusableKey(f"is of the type {_shown(kty)} (this api verifies RSA, EC and OKP keys)")
+    label = entry.get("alg")
+    if label is None:
+        return allowed
+    if label in allowed:
+        return (label,)
+    if label in ASYMMETRIC_ALGORITHMS:
+        raise UnusableKey(f"is labelled {label!r} but is an {kty} key{_on(curve)}")
+    raise UnusableKey(
+        f"is labelled {_shown(label)} (this api verifies {', '.join(ASYMMETRIC_ALGORITHMS)})"
+    )
+
+
+def signing_key(entry: Mapping[str, Any]) -> SigningKey:
+    """The key a JWK describes, for each algorithm it may verify; UnusableKey when none."""
+    by_algorithm: dict[str, PyJWK] = {}
+    for algorithm in key_algorithms(entry):
+        try:
+            by_algorithm[algorithm] = PyJWK(dict(entry), algorithm=algorithm)
+        except jwt.PyJWTError as exc:
+            raise UnusableKey(f"cannot be read ({exc})") from exc
+    return SigningKey(kid=str(entry.get("kid", "")), by_algorithm=by_algorithm)
+
+
+def _on(curve: object) -> str:
+    return f" on {curve}" if isinstance(curve, str) else ""
+
+
+def _shown(value: object) -> str:
+    """A value from the set, quoted and cut short (it is the remote's text)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True)
@@ -72,20 +163,24 @@ class JwksKeys:
         self._refetch_seconds = refetch_seconds
         self._timeout_seconds = timeout_seconds
         self._clock = clock
-        self._keys: dict[str, PyJWK] = {}
+        self._keys: dict[str, SigningKey] = {}
+        # kid -> why that key of the last good set verifies nothing (said to its tokens).
+        self._unusable: dict[str, str] = {}
         self._fetched = False  # a good set has been read at least once
         self._good_at = -float("inf")  # when the current set was read
         self._tried_at = -float("inf")  # when the last fetch (good or not) finished
         self._fetches = 0  # fetches started (tests and logs)
         self.generation = 0  # key sets read: what was verified with an older one is checked again
         self._last_error: str | None = None
+        # The last fetch read a set but none of its keys verifies anything (not "unreachable").
+        self._last_set_unusable = False
         self._lock = asyncio.Lock()
 
     @property
     def fetches(self) -> int:
         return self._fetches
 
-    async def key_for(self, kid: str | None) -> PyJWK:
+    async def key_for(self, kid: str | None) -> SigningKey:
         """The key the token names; refetches (rate-limited) when it is unknown."""
         if not self._fetched:
             # Never fetched, or every fetch failed: try again, at most once per interval.
@@ -107,6 +202,8 @@ class JwksKeys:
                 return key
         if not self._fetched:
             raise JwksUnavailable(self._last_error or "the key set could not be fetched")
+        if kid is not None and kid in self._unusable:
+            raise UnknownKey(f"the signing key {_shown(kid)} {self._unusable[kid]}")
         raise UnknownKey(f"no signing key with kid {kid!r}" if kid else "the token has no `kid`")
 
     async def status(self) -> JwksStatus:
@@ -115,12 +212,13 @@ class JwksKeys:
             with contextlib.suppress(JwksUnavailable):
                 await self._refresh(since=self._tried_at)
         if not self._fetched:
-            return JwksStatus(False, f"unreachable: {self._last_error or 'not fetched yet'}")
+            what = "unusable" if self._last_set_unusable else "unreachable"
+            return JwksStatus(False, f"{what}: {self._last_error or 'not fetched yet'}")
         if self._last_error is not None:
             return JwksStatus(True, f"ok (serving the last good key set; {self._last_error})")
         return JwksStatus(True, "ok")
 
-    def _find(self, kid: str | None) -> PyJWK | None:
+    def _find(self, kid: str | None) -> SigningKey | None:
         if kid is None:
             # A set of one key may be used without `kid` (some providers omit it).
             return next(iter(self._keys.values())) if len(self._keys) == 1 else None
@@ -137,23 +235,28 @@ class JwksKeys:
                 return
             self._fetches += 1
             try:
-                keys = await self._fetch()
+                keys, unusable = await self._fetch()
             except Exception as exc:
                 self._last_error = _describe(exc)
-                log.warning("jwks: could not fetch %s: %s", self.url, self._last_error)
+                self._last_set_unusable = isinstance(exc, UnusableKeySet)
+                log.warning("jwks: could not use %s: %s", self.url, self._last_error)
                 raise_unavailable = not self._fetched
             else:
-                self._keys, self._fetched, self._good_at = keys, True, self._clock()
+                self._keys, self._unusable = keys, unusable
+                self._fetched, self._good_at = True, self._clock()
                 self.generation += 1
-                self._last_error = None
+                self._last_error, self._last_set_unusable = None, False
                 raise_unavailable = False
                 log.info("jwks: %d signing keys from %s", len(keys), self.url)
+                if unusable:
+                    log.info("jwks: keys left out of %s: %s", self.url, _reasons(unusable))
             finally:
                 self._tried_at = self._clock()
             if raise_unavailable:
                 raise JwksUnavailable(self._last_error or "the key set could not be fetched")
 
-    async def _fetch(self) -> dict[str, PyJWK]:
+    async def _fetch(self) -> tuple[dict[str, SigningKey], dict[str, str]]:
+        """The usable keys of the set by `kid`, and why each other key is left out."""
         # Streamed under a cap and one deadline for the whole exchange: a provider (or whoever
         # answers at its address) that sends an endless body, or trickles it, holds neither the
         # api's memory nor its fetch slot.
@@ -171,21 +274,30 @@ class JwksKeys:
         data = json.loads(body)
         if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
             raise ValueError("not a JWK set (no `keys` list)")
-        keys: dict[str, PyJWK] = {}
+        keys: dict[str, SigningKey] = {}
+        unusable: dict[str, str] = {}
         for entry in data["keys"]:
-            if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
+            if not isinstance(entry, dict):
                 continue
+            kid = str(entry.get("kid", ""))
             try:
-                key = PyJWK(entry)
-            except jwt.PyJWTError as exc:
-                log.info("jwks: skipping a key of %s: %s", self.url, exc)
-                continue
-            if key.algorithm_name not in ASYMMETRIC_ALGORITHMS:
-                continue  # e.g. an `oct` (HS256) key: never trusted from a published set
-            keys[str(entry.get("kid", ""))] = key
+                keys[kid] = signing_key(entry)
+            except UnusableKey as exc:
+                unusable[kid] = str(exc)
         if not keys:
-            raise ValueError("the key set holds no RSA or EC signing key")
-        return keys
+            raise UnusableKeySet(
+                "the JWKS has no key this api can verify with: "
+                + (_reasons(unusable) if unusable else "it holds no keys")
+            )
+        return keys, unusable
+
+
+def _reasons(unusable: Mapping[str, str]) -> str:
+    """`key 'a' is labelled 'HS256'; key 'b' …`, the first few, then how many more."""
+    shown = [f"key {_shown(kid)} {why}" for kid, why in list(unusable.items())[:REASONS_SHOWN]]
+    if len(unusable) > REASONS_SHOWN:
+        shown.append(f"and {len(unusable) - REASONS_SHOWN} more")
+    return "; ".join(shown)
 
 
 def _describe(exc: Exception) -> str:
@@ -198,4 +310,15 @@ def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-__all__ = ["ASYMMETRIC_ALGORITHMS", "JwksKeys", "JwksStatus", "JwksUnavailable", "UnknownKey"]
+__all__ = [
+    "ASYMMETRIC_ALGORITHMS",
+    "JwksKeys",
+    "JwksStatus",
+    "JwksUnavailable",
+    "SigningKey",
+    "UnknownKey",
+    "UnusableKey",
+    "UnusableKeySet",
+    "key_algorithms",
+    "signing_key",
+]

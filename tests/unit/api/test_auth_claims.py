@@ -57,6 +57,16 @@ def test_a_user_id_outside_the_database_ids_is_refused(sub: str, says: str) -> N
         claims_of({"sub": sub}, _settings())
 
 
+def test_a_jwks_without_an_audience_stops_the_api_at_start() -> None:
+    """Every access token a provider issues names its audience; without one set here, any token
+    it signs -- an ID token issued to another client -- would be as good as any other."""
+    problem = verification_problem(_settings(jwt_jwks_url="https://idp/jwks"))
+    assert problem is not None and problem.startswith("AGENT_ENGINE_JWT_AUDIENCE is not set")
+    assert (
+        verification_problem(_settings(jwt_jwks_url="https://idp/jwks", jwt_audience="x")) is None
+    )
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
@@ -64,7 +74,10 @@ def test_a_user_id_outside_the_database_ids_is_refused(sub: str, says: str) -> N
         ({"jwt_secret": "change-me"}, "is 9 bytes long: it must be at least 32 bytes"),
         ({"jwt_secret": "é" * 15}, "is 30 bytes long"),
         ({"jwt_secret": "x" * 32}, None),
-        ({"jwt_secret": "short", "jwt_jwks_url": "https://idp/jwks"}, None),
+        (
+            {"jwt_secret": "short", "jwt_jwks_url": "https://idp/jwks", "jwt_audience": "api://ae"},
+            None,
+        ),
         ({"jwt_public_key": "-----BEGIN PUBLIC KEY-----"}, None),
     ],
 )
@@ -91,13 +104,13 @@ async def test_a_token_verified_lately_is_answered_from_memory_until_it_expires(
     secret = "a-secret-long-enough-for-hs256-tokens-0123456789"
     verifier = TokenVerifier(_settings(jwt_secret=secret, jwt_leeway_seconds=0))
     decoded: list[str] = []
-    decode = jwt.decode
+    decode = jwt.decode_complete
 
     def counting(token: str, *args: object, **kwargs: object) -> object:
         decoded.append(token)
         return decode(token, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(jwt, "decode", counting)
+    monkeypatch.setattr(jwt, "decode_complete", counting)
     token = mint_token(secret, user_id=7, ttl=timedelta(seconds=2))
     first = await verifier.verify(token)
     assert (await verifier.verify(token)) == first
