@@ -1,6 +1,7 @@
 """Sign-in from the identity provider's JWKS, over real HTTP and WebSocket: a local identity
-provider (`agent_engine.testing.identity_provider`) serves RSA and EC keys, rotates them while
-the api runs, goes down; an attacker forges HS256 tokens with the published key."""
+provider (`agent_engine.testing.identity_provider`) serves RSA, EC and Ed25519 keys (labelled or
+not), rotates them while the api runs, goes down, publishes keys the api cannot use; an attacker
+forges HS256 tokens with the published key; dates written as strings and ID tokens are refused."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent_engine.embedded import free_port
 from agent_engine.settings import Settings
-from agent_engine.testing.identity_provider import IdentityProvider
+from agent_engine.testing.identity_provider import IdentityProvider, KeyKind
 from tests.integration.api.subscriptions.support import Server, running_api, ws_client
 
 VIEWER = "{ viewer { user { id email } isAdmin } }"
@@ -264,3 +265,118 @@ async def test_a_provider_outage_keeps_the_last_good_key_set_serving(
             assert ready.json()["jwks"].startswith("ok (serving the last good key set")
     finally:
         idp.stop()
+
+
+@pytest.mark.parametrize(
+    ("kind", "labelled"),
+    [("PS256", True), ("PS512", True), ("ES384", True), ("EdDSA", True), ("ES384", False)],
+)
+async def test_the_algorithms_a_provider_may_sign_with_sign_in(
+    settings: Settings, idp: IdentityProvider, kind: KeyKind, labelled: bool
+) -> None:
+    kid = idp.add_key(kind, labelled=labelled)
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        body = await _ask(server, idp.sign(kid, _claims()))
+        assert body["data"]["viewer"]["user"]["id"] == "41", body
+
+
+async def test_an_rsa_key_without_an_alg_label_verifies_rs_and_ps_tokens_only(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    """Many providers publish RSA keys without `alg` (Entra, oidc-provider): such a key verifies
+    PKCS#1 v1.5 and RSA-PSS tokens; a token claiming an EC algorithm, or HS256, is refused."""
+    kid = idp.add_key("RS256", labelled=False)
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        for algorithm in ("RS256", "RS384", "PS256", "PS384"):
+            token = idp.sign(kid, _claims(), algorithm=algorithm)
+            assert (await _ask(server, token))["data"]["viewer"]["user"]["id"] == "41"
+        labelled = idp.add_key("RS256")  # labelled RS256: that one only
+        message = _refused(await _ask(server, idp.sign(labelled, _claims(), algorithm="PS256")))
+        assert (
+            "its algorithm (`alg` 'PS256') is not one its signing key verifies (RS256)" in message
+        )
+
+
+@pytest.mark.parametrize(
+    ("published", "reason"),
+    [
+        (
+            {"kty": "RSA", "kid": "hs", "alg": "HS256", "n": "sXch", "e": "AQAB"},
+            "key 'hs' is labelled 'HS256'",
+        ),
+        ({"kty": "oct", "kid": "sym", "k": "c2VjcmV0"}, "key 'sym' is a symmetric (oct) key"),
+        (
+            {"kty": "EC", "kid": "k1", "crv": "secp256k1", "x": "AA", "y": "AA"},
+            "key 'k1' is an EC key on the curve 'secp256k1'",
+        ),
+        (
+            {"kty": "OKP", "kid": "ed448", "crv": "Ed448", "x": "AA"},
+            "key 'ed448' is an OKP key on the curve 'Ed448'",
+        ),
+        (
+            {"kty": "RSA", "kid": "enc", "use": "enc", "n": "sXch", "e": "AQAB"},
+            "key 'enc' is for 'enc', not for signatures",
+        ),
+    ],
+)
+async def test_a_set_without_a_usable_key_is_named_in_readyz(
+    settings: Settings, idp: IdentityProvider, published: dict[str, Any], reason: str
+) -> None:
+    """/readyz says the provider answered and why none of its keys will do -- not that it is
+    unreachable, nor that there is "no RSA or EC key" when there is one."""
+    idp.publish(published)
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        async with httpx.AsyncClient(timeout=30) as client:
+            ready = await client.get(f"{server.url}/readyz")
+    assert ready.status_code == 503
+    body = ready.json()
+    assert body["down"] == ["jwks"]
+    assert body["jwks"].startswith("unusable: the JWKS has no key this api can verify with: ")
+    assert reason in body["jwks"]
+
+
+async def test_a_token_naming_an_unusable_key_is_told_why(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    idp.add_key("ES256")
+    idp.publish({"kty": "oct", "kid": "shared", "k": "c2VjcmV0"})
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        claims = {**_claims(), "exp": int(time.time()) + 300}
+        forged = _hs256(b"secret", {"alg": "HS256", "kid": "shared"}, claims)
+        message = _refused(await _ask(server, forged))
+        assert "the signing key 'shared' is a symmetric (oct) key" in message
+
+
+@pytest.mark.parametrize("claim", ["exp", "iat", "nbf"])
+async def test_a_date_written_as_a_string_is_refused_over_http_and_the_websocket(
+    settings: Settings, idp: IdentityProvider, claim: str
+) -> None:
+    """A string `exp` skipped the lifetime limit and the socket's closing time: a year-long
+    token kept a WebSocket open past its expiry. Now every date must be a JSON number."""
+    kid = idp.add_key("RS256")
+    now = int(time.time())
+    dates: dict[str, Any] = {"exp": now + 365 * 86400, "iat": now - 5, "nbf": now - 5}
+    dates[claim] = str(dates[claim])
+    token = idp.sign(kid, _claims(**dates))
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        message = _refused(await _ask(server, token))
+        assert f"`{claim}` must be a number of seconds since the epoch" in message
+        async with ws_client(server) as client:
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.init({"Authorization": f"Bearer {token}"})
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+
+async def test_an_id_token_does_not_pass_as_an_access_token(
+    settings: Settings, idp: IdentityProvider
+) -> None:
+    """Keycloak-style: an ID token issued to the client that is also the audience (one client
+    registration for both) carries `typ: ID` and `at_hash`; the access token gets in."""
+    kid = idp.add_key("RS256")
+    with running_api(_sso(settings, idp.jwks_url)) as server:
+        id_token = idp.sign(kid, _claims(typ="ID", azp=AUDIENCE, at_hash="x4Qe3l5-Aw"))
+        assert "it is an ID token" in _refused(await _ask(server, id_token))
+        access = idp.sign(kid, _claims(typ="Bearer", azp=AUDIENCE), headers={"typ": "at+jwt"})
+        assert (await _ask(server, access))["data"]["viewer"]["user"]["id"] == "41"
+        other = idp.sign(kid, _claims(), headers={"typ": "logout+jwt"})
+        assert "its type (`typ` 'logout+jwt')" in _refused(await _ask(server, other))
