@@ -32,14 +32,14 @@ import itertools
 import json
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent_engine.server_thread import STARTUP_TIMEOUT_SECONDS, ServerThread
@@ -77,6 +77,10 @@ class FakeReply:
     raw_body: str | None = None
     content_type: str = "application/json"
     truncated: bool = False
+    # A flood: the completion's content is `flood_bytes` of "x" (forever when None), sent
+    # chunked -- no Content-Length says how big (a hostile or broken endpoint).
+    flood: bool = False
+    flood_bytes: int | None = None
 
 
 def raw_reply(body: str, **kwargs: Any) -> FakeReply:
@@ -87,6 +91,11 @@ def raw_reply(body: str, **kwargs: Any) -> FakeReply:
 def truncated_reply(**kwargs: Any) -> FakeReply:
     """A completion whose body stops half-way: the connection closes before Content-Length."""
     return FakeReply(content="cut short", truncated=True, **kwargs)
+
+
+def flood_reply(size_bytes: int | None, **kwargs: Any) -> FakeReply:
+    """A completion of `size_bytes` of "x" (None: it never ends), sent chunked."""
+    return FakeReply(flood=True, flood_bytes=size_bytes, **kwargs)
 
 
 def text_reply(content: str, **kwargs: Any) -> FakeReply:
@@ -123,6 +132,8 @@ class FakeOpenAIServer(ServerThread):
         self._counter = itertools.count(1)
         self._active = 0
         self._max_active = 0
+        # Bytes of "x" sent by flood replies (a client that stopped reading stops it growing).
+        self.flood_sent_bytes = 0
         # Set on the server's loop only (via call_soon_threadsafe); created per start.
         self._stopping = asyncio.Event()
         self._released = asyncio.Event()
@@ -312,10 +323,29 @@ class FakeOpenAIServer(ServerThread):
                 )
             if reply.truncated:
                 return _Truncated(json.dumps(_completion(body, reply, number)).encode())
+            if reply.flood:
+                return StreamingResponse(
+                    self._flood(_completion(body, reply, number), reply.flood_bytes),
+                    media_type="application/json",
+                )
             return JSONResponse(_completion(body, reply, number), status_code=reply.status)
         finally:
             with self._lock:
                 self._active -= 1
+
+    async def _flood(self, completion: dict[str, Any], size: int | None) -> AsyncIterator[bytes]:
+        completion["choices"][0]["message"]["content"] = FLOOD_MARK
+        head, tail = json.dumps(completion).encode().split(json.dumps(FLOOD_MARK).encode())
+        yield head + b'"'
+        left = size
+        while left is None or left > 0:
+            chunk = FLOOD_CHUNK_BYTES if left is None else min(FLOOD_CHUNK_BYTES, left)
+            self.flood_sent_bytes += chunk
+            yield b"x" * chunk
+            if left is not None:
+                left -= chunk
+            await asyncio.sleep(0)
+        yield b'"' + tail
 
     async def _wait(self, seconds: float) -> None:
         """The reply's delay, then while held; both end early when the server stops."""
@@ -349,6 +379,10 @@ class _Truncated(Response):
                 "more_body": False,
             }
         )
+
+
+FLOOD_MARK = "<flood>"
+FLOOD_CHUNK_BYTES = 64 * 1024
 
 
 def _error(

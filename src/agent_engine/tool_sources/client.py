@@ -24,6 +24,7 @@ import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from agent_engine.bounded_reads import BodyTooLarge, CountingTransport
 from agent_engine.domain.mcp import ToolAccess, access_of
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,11 @@ MAX_TOOLS = 500
 MAX_PAGES = 50
 MAX_DESCRIPTION_CHARS = 2_000
 MAX_SCHEMA_BYTES = 64_000
-# A response larger than this (a listing or a call result) fails: the worker's memory is bounded.
+# A response larger than this (a listing page or a call result, however sent: with a length,
+# chunked or as SSE) fails once that many bytes were read: the worker's memory is bounded.
 MAX_RESPONSE_BYTES = 4_000_000
+# A listing's pages together (every response of the sync's session).
+MAX_LISTING_BYTES = 4_000_000
 
 
 class McpError(Exception):
@@ -43,7 +47,8 @@ class McpError(Exception):
 
 
 class TooLarge(McpError):
-    """The server's answer was over MAX_RESPONSE_BYTES (refused before it was read)."""
+    """The server's answer was over MAX_RESPONSE_BYTES (no more of it was read), or otherwise
+    refused by the transport (compressed unasked)."""
 
 
 @dataclass(frozen=True)
@@ -70,30 +75,53 @@ def bearer(auth_env: str | None) -> str | None:
 TOO_LARGE = f"the server's answer is larger than {MAX_RESPONSE_BYTES} bytes"
 
 
-def _http_client(token: str | None, timeout: float, too_large: asyncio.Event) -> httpx.AsyncClient:
+class Refusal:
+    """Why a response of a session was refused, heard by the side waiting for an answer: the
+    SDK's transport swallows what its reading task raises (the request would wait for its
+    timeout), so the transport says it here too."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason = TOO_LARGE
+
+    def refuse(self, request: httpx.Request, exc: Exception) -> None:
+        if request.method == "GET":
+            # The server's own stream (no request waits on it): it ends, the SDK re-opens it a
+            # bounded number of times.
+            return
+        if not self.event.is_set():
+            self.reason = _refusal_reason(exc)
+            self.event.set()
+
+
+def _refusal_reason(exc: Exception) -> str:
+    if isinstance(exc, BodyTooLarge):
+        return f"the server's answer is larger than {exc.limit_bytes} bytes"
+    return f"the server's answer was refused: {exc}"
+
+
+def _http_client(
+    token: str | None, timeout: float, refusal: Refusal, *, total_limit_bytes: int | None = None
+) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-
-    async def bounded(response: httpx.Response) -> None:
-        length = response.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
-            # The SDK's transport swallows what a hook raises (the request would wait for its
-            # timeout): the waiting side hears it through the event instead.
-            too_large.set()
-            await response.aclose()
-            raise TooLarge(TOO_LARGE)
-
     return httpx.AsyncClient(
         headers=headers,
         timeout=httpx.Timeout(timeout),
         follow_redirects=False,
-        event_hooks={"response": [bounded]},
+        transport=CountingTransport(
+            limit_bytes=MAX_RESPONSE_BYTES,
+            total_limit_bytes=total_limit_bytes,
+            refused=refusal.refuse,
+        ),
     )
 
 
-async def _unless_too_large(work: Awaitable[T], too_large: asyncio.Event) -> T:
-    """`work`, or McpError as soon as a response was refused for its size."""
+async def _unless_refused(work: Awaitable[T], refusal: Refusal) -> T:
+    """`work`, or TooLarge as soon as a response was refused (over the limit, compressed)."""
+    if refusal.event.is_set():
+        raise TooLarge(refusal.reason)
     task = asyncio.ensure_future(work)
-    alarm = asyncio.ensure_future(too_large.wait())
+    alarm = asyncio.ensure_future(refusal.event.wait())
     try:
         await asyncio.wait({task, alarm}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -103,7 +131,7 @@ async def _unless_too_large(work: Awaitable[T], too_large: asyncio.Event) -> T:
                 await task
         alarm.cancel()
     if task.cancelled():
-        raise TooLarge(TOO_LARGE)
+        raise TooLarge(refusal.reason)
     return task.result()
 
 
@@ -126,26 +154,36 @@ def describe(exc: BaseException) -> str:
 
 @contextlib.asynccontextmanager
 async def open_session(
-    url: str, token: str | None, seconds: float, too_large: asyncio.Event | None = None
+    url: str,
+    token: str | None,
+    seconds: float,
+    refusal: Refusal | None = None,
+    *,
+    total_limit_bytes: int | None = None,
 ) -> Any:
+    """An initialised session whose every response is capped (MAX_RESPONSE_BYTES each, and
+    `total_limit_bytes` over the session when given)."""
+    refusal = refusal or Refusal()
     async with (
-        _http_client(token, seconds, too_large or asyncio.Event()) as http,
+        _http_client(token, seconds, refusal, total_limit_bytes=total_limit_bytes) as http,
         streamable_http_client(url, http_client=http) as (read, write, _),
         ClientSession(read, write) as session,
     ):
-        await session.initialize()
+        await _unless_refused(session.initialize(), refusal)
         yield session
 
 
 async def list_tools(url: str, token: str | None, *, seconds: float) -> list[RemoteTool]:
-    """Every tool the server lists (all pages), within `seconds` in all."""
-    too_large = asyncio.Event()
+    """Every tool the server lists (all pages), within `seconds` and MAX_LISTING_BYTES in all."""
+    refusal = Refusal()
     try:
         async with (
             asyncio.timeout(seconds),
-            open_session(url, token, seconds, too_large) as session,
+            open_session(
+                url, token, seconds, refusal, total_limit_bytes=MAX_LISTING_BYTES
+            ) as session,
         ):
-            return await _unless_too_large(_all_pages(session), too_large)
+            return await _unless_refused(_all_pages(session), refusal)
     except McpError:
         raise
     except BaseException as exc:
@@ -181,8 +219,29 @@ async def _all_pages(session: ClientSession) -> list[RemoteTool]:
     raise McpError(f"the server's tool list has more than {MAX_PAGES} pages")
 
 
+# C0 controls but tab, newline and carriage return: a NUL cannot be stored in PostgreSQL text,
+# the others mean nothing to a model.
+_CONTROLS = dict.fromkeys(c for c in range(0x20) if chr(c) not in "\t\n\r")
+
+
+def clean_text(text: str) -> str:
+    """`text` fit to store and show: C0 controls (NUL first) removed, lone surrogates (JSON may
+    carry them, UTF-8 may not) replaced."""
+    text = text.translate(_CONTROLS)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def result_text(result: types.CallToolResult) -> str:
-    """Text content as is; other content summarised (the model sees words, not bytes)."""
+    """Text content, cleaned (`clean_text`); other content summarised (the model sees words, not
+    bytes)."""
+    return clean_text(_raw_text(result))
+
+
+def _raw_text(result: types.CallToolResult) -> str:
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -211,7 +270,7 @@ class _PooledSession:
         self._ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         # Set when a response was refused for its size (the session is then dropped).
-        self.too_large = asyncio.Event()
+        self.refusal = Refusal()
         self._task = asyncio.ensure_future(self._hold())
         self.broken = False
         # A call went through on it (a failure then may mean the server forgot the session).
@@ -219,9 +278,7 @@ class _PooledSession:
 
     async def _hold(self) -> None:
         try:
-            async with open_session(
-                self._url, self._token, self._timeout, self.too_large
-            ) as session:
+            async with open_session(self._url, self._token, self._timeout, self.refusal) as session:
                 self._ready.set_result(session)
                 await self._closing.wait()
         except BaseException as exc:
@@ -296,8 +353,8 @@ class SessionPool:
         try:
             async with asyncio.timeout_at(deadline):
                 session = await pooled.session()
-                result = await _unless_too_large(
-                    session.call_tool(tool, arguments, meta=meta), pooled.too_large
+                result = await _unless_refused(
+                    session.call_tool(tool, arguments, meta=meta), pooled.refusal
                 )
         except TimeoutError:
             await pooled.aclose()

@@ -27,8 +27,8 @@ from agent_engine.tool_sources.client import (
     McpError,
     RemoteTool,
     bearer,
-    list_tools,
 )
+from agent_engine.tool_sources.listing import list_tools_isolated
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,8 @@ async def sync_source(
             await sources_db.record_sync_failure(conn, source_id, error)
         return SyncResult(False, 0, error)
     try:
-        remote = await list_tools(source.url, bearer(source.auth_env), seconds=seconds)
+        # In a child process: the listing's memory and CPU are not this process's (listing.py).
+        remote = await list_tools_isolated(source.url, bearer(source.auth_env), seconds=seconds)
     except McpError as exc:
         error = f"sync failed: {exc}"[:MAX_ERROR_CHARS]
         log.warning("MCP source %s: %s", source.name, error)

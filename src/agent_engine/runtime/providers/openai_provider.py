@@ -47,6 +47,7 @@ import openai
 import orjson
 from openai.types.chat import ChatCompletion
 
+from agent_engine.bounded_reads import BodyTooLarge, read_capped
 from agent_engine.runtime.providers import wire
 from agent_engine.runtime.providers.backoff import backoff_seconds, retry_after_seconds
 from agent_engine.runtime.providers.base import (
@@ -80,6 +81,10 @@ CONNECTIONS_PER_CLIENT = 8
 # Connections to one endpoint at once on the wire (as the SDK's client allows).
 WIRE_MAX_CONNECTIONS = 1000
 PLACEHOLDER_API_KEY = "not-needed"
+# A chat completion larger than this (counted as read, decoded) fails the call: a million tokens
+# of text would be smaller; an endpoint sending more is broken or hostile, and the worker's
+# memory is bounded. (`_SdkCall`, the tests' reference path, reads as the SDK reads.)
+MAX_MODEL_REPLY_BYTES = 4_000_000
 MAX_ERROR_DETAIL_CHARS = 500
 CHAT_COMPLETIONS_PATH = "/chat/completions"
 # What `chat.completions.create` sends: the bearer API key.
@@ -177,6 +182,15 @@ class OpenAIProvider:
         while True:
             try:
                 return await call(body, request)
+            except BodyTooLarge as exc:
+                # Not retried: the same endpoint would send the same again.
+                log.warning(
+                    "model %r at %s answered more than %d bytes",
+                    request.model,
+                    self._where,
+                    exc.limit_bytes,
+                )
+                raise ProviderError(f"its answer is larger than {exc.limit_bytes} bytes") from exc
             except openai.OpenAIError as exc:
                 failure = ProviderError(failure_kind(exc, timeout_seconds=self.timeout_seconds))
                 rate_limited = (
@@ -373,7 +387,7 @@ class _ThinCall:
             extensions=self._extensions,
         )
         try:
-            response = await http.send(sent)
+            response = await _read(await http.send(sent, stream=True))
         except httpx2.TimeoutException as exc:
             raise openai.APITimeoutError(request=sent) from exc
         except openai.OpenAIError:
@@ -402,6 +416,7 @@ def _wire_pool(call: _ThinCall, tls: ssl.SSLContext) -> wire.WirePool:
         tls=tls if https else None,
         timeouts=wire.Timeouts(connect=timeout.connect, read=timeout.read, pool=timeout.pool),
         max_connections=WIRE_MAX_CONNECTIONS,
+        max_body_bytes=MAX_MODEL_REPLY_BYTES,
     )
 
 
@@ -442,6 +457,8 @@ class _WireCall:
         sent = self._head + b"Content-Length: %d\r\n\r\n" % len(content) + content
         try:
             reply = await self._pool.exchange(sent)
+        except wire.WireTooLarge as exc:
+            raise BodyTooLarge(exc.limit_bytes) from exc
         except wire.WireTimeout as exc:
             raise openai.APITimeoutError(request=self._request(content)) from exc
         except wire.WireError as exc:
@@ -457,10 +474,12 @@ class _WireCall:
         # An error, a body with a content coding, or one that is not JSON: read as the SDK's
         # client reads it.
         sent_request = self._request(content)
-        response = httpx2.Response(
-            reply.status, headers=reply.headers, content=reply.body, request=sent_request
-        )
         try:
+            response = await _read(
+                httpx2.Response(
+                    reply.status, headers=reply.headers, content=reply.body, request=sent_request
+                )
+            )
             if reply.status >= 400:
                 raise self._thin.client._make_status_error_from_response(response)
             data = _json_of(response)
@@ -472,6 +491,20 @@ class _WireCall:
         """The request as the SDK's errors carry it."""
         prototype = self._prototype
         return httpx2.Request("POST", prototype.url, headers=prototype.headers, content=content)
+
+
+# Describe the body as it was sent; once read (decoded) they no longer do.
+_BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+async def _read(response: httpx2.Response) -> httpx2.Response:
+    """`response` with its body read: decoded, at most MAX_MODEL_REPLY_BYTES (BodyTooLarge past
+    it, counted as it is decoded, so a small compressed body cannot become a huge one)."""
+    body = await read_capped(response, MAX_MODEL_REPLY_BYTES)
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_HEADERS]
+    return httpx2.Response(
+        response.status_code, headers=headers, content=body, request=response.request
+    )
 
 
 def _json_of(response: httpx2.Response) -> Any:

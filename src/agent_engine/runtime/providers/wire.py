@@ -37,6 +37,15 @@ class WireTimeout(WireError):
     """No connection, no free connection or no byte of the reply within the timeout."""
 
 
+class WireTooLarge(WireError):
+    """The reply's body passed the pool's `max_body_bytes` (counted as read; the connection is
+    dropped, the rest is never read)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(f"the reply is larger than {limit_bytes} bytes")
+        self.limit_bytes = limit_bytes
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
     """A reply: its status, headers (as sent, in order) and body (as sent)."""
@@ -64,7 +73,9 @@ class Timeouts:
 class _Connection(asyncio.Protocol):
     """One connection: at most one exchange at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_body_bytes: int | None = None) -> None:
+        self._max_body_bytes = max_body_bytes
+        self._body_bytes = 0
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._parser = httptools.HttpResponseParser(self)
@@ -87,6 +98,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self._reply = loop.create_future()
         self._headers, self._body, self._headers_done = [], [], False
+        self._body_bytes = 0
         self.reusable = False
         self._read_timeout = read_timeout
         self._arm()
@@ -172,6 +184,12 @@ class _Connection(asyncio.Protocol):
         self._framed = length or chunked or status in (204, 304) or 100 <= status < 200
 
     def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        limit = self._max_body_bytes
+        if limit is not None and self._body_bytes > limit:
+            self._fail(WireTooLarge(limit))
+            self.abort()
+            return
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -207,7 +225,11 @@ class WirePool:
         tls: ssl.SSLContext | None,
         timeouts: Timeouts,
         max_connections: int,
+        max_body_bytes: int | None = None,
     ) -> None:
+        """`max_body_bytes`: a reply's body past this many bytes (however framed: a length,
+        chunks or until the connection closes) fails with WireTooLarge."""
+        self._max_body_bytes = max_body_bytes
         self._host = host
         self._port = port
         self._tls = tls
@@ -265,7 +287,7 @@ class WirePool:
         try:
             async with asyncio.timeout(self._timeouts.connect):
                 _, connection = await loop.create_connection(
-                    _Connection,
+                    lambda: _Connection(self._max_body_bytes),
                     self._host,
                     self._port,
                     ssl=self._tls,
