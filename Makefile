@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 NODE_AUDIT := tests/e2e/node/node_modules/.package-lock.json
+NODE_OIDC := tests/e2e/oidc/node_modules/.package-lock.json
 
 .PHONY: run test test-fast lint format bench bench-full schema clean
 
@@ -20,16 +21,22 @@ $(NODE_AUDIT): tests/e2e/node/package-lock.json
 	  cd tests/e2e/node && npm ci --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: the graphql-http audit test will be skipped"; fi
 
+# A real OpenID provider (npm oidc-provider) for tests/e2e/test_oidc_provider.py.
+$(NODE_OIDC): tests/e2e/oidc/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd tests/e2e/oidc && npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the OpenID provider test will be skipped"; fi
+
 ## Start everything (embedded PostgreSQL + Valkey unless DATABASE_URL/REDIS_URL), seed a demo.
 run: $(STAMP)
 	$(BIN)/agent-engine run
 
 ## The whole suite (unit, integration, e2e) on embedded servers unless DATABASE_URL/REDIS_URL.
-test: $(STAMP) $(NODE_AUDIT)
+test: $(STAMP) $(NODE_AUDIT) $(NODE_OIDC)
 	$(BIN)/pytest
 
 ## Everything but the long end-to-end scenarios.
-test-fast: $(STAMP) $(NODE_AUDIT)
+test-fast: $(STAMP) $(NODE_AUDIT) $(NODE_OIDC)
 	$(BIN)/pytest -m "not slow"
 
 lint: $(STAMP)
@@ -54,4 +61,5 @@ schema: $(STAMP)
 	$(BIN)/agent-engine export-schema --database
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/e2e/node/node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/e2e/node/node_modules \
+	  tests/e2e/oidc/node_modules

@@ -337,8 +337,9 @@ def _check_access_token(
     accepted = settings.jwt_accepted_type_set
     typ = header.get("typ", "JWT")
     if accepted and not (isinstance(typ, str) and media_type(typ) in accepted):
+        kind = f"`typ` {_shown(typ)}" if "typ" in header else "no `typ`: a plain JWT"
         raise Unauthenticated(
-            f"invalid token: its type (`typ` {_shown(typ)}) is not one this api accepts "
+            f"invalid token: its type ({kind}) is not one this api accepts "
             f"(AGENT_ENGINE_JWT_ACCEPTED_TYPES: {settings.jwt_accepted_types}); send an access "
             "token"
         )
