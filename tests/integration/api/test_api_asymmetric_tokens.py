@@ -1,4 +1,5 @@
-"""RS256 and ES256 tokens verified with a configured public key, over a real socket."""
+"""RSA (PKCS#1 v1.5 and PSS), EC and Ed25519 tokens verified with a configured public key, over
+a real socket."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from agent_engine.settings import Settings
 from tests.integration.api.support import Clock, running_server
@@ -18,11 +19,15 @@ VIEWER = "{ viewer { user { id email } isAdmin } }"
 
 
 def _keys(algorithm: str) -> tuple[object, str]:
-    private = (
-        rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        if algorithm == "RS256"
-        else ec.generate_private_key(ec.SECP256R1())
-    )
+    private: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+    if algorithm.startswith(("RS", "PS")):
+        private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    elif algorithm == "EdDSA":
+        private = ed25519.Ed25519PrivateKey.generate()
+    else:
+        private = ec.generate_private_key(
+            ec.SECP384R1() if algorithm == "ES384" else ec.SECP256R1()
+        )
     public_pem = (
         private.public_key()
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -31,8 +36,18 @@ def _keys(algorithm: str) -> tuple[object, str]:
     return private, public_pem
 
 
-@pytest.mark.parametrize("algorithm", ["RS256", "ES256"])
-@pytest.mark.parametrize("from_file", [False, True])
+@pytest.mark.parametrize(
+    ("algorithm", "from_file"),
+    [
+        ("RS256", False),
+        ("RS256", True),
+        ("ES256", False),
+        ("ES256", True),
+        ("PS256", False),
+        ("ES384", False),
+        ("EdDSA", True),
+    ],
+)
 async def test_asymmetric_tokens_are_verified_with_the_public_key(
     settings: Settings, tmp_path: Path, algorithm: str, from_file: bool
 ) -> None:
