@@ -71,20 +71,25 @@ class UnusableKeySet(ValueError):
     """The provider answered with a set, but not one key in it verifies anything here."""
 
 
-@dataclass(frozen=True)
 class SigningKey:
-    """One key of the set, bound to each algorithm it may verify (PyJWT binds a key to one)."""
+    """One key of the set and the algorithms it may verify. PyJWT binds a key to one algorithm:
+    the key is read for the first when the set is (a malformed key is reported with the set),
+    for another when a token first uses it (a set of thousands of unlabelled RSA keys is not
+    read six times over)."""
 
-    kid: str
-    by_algorithm: Mapping[str, PyJWK]
-
-    @property
-    def algorithms(self) -> tuple[str, ...]:
-        return tuple(self.by_algorithm)
+    def __init__(self, kid: str, entry: Mapping[str, Any], algorithms: tuple[str, ...]) -> None:
+        self.kid = kid
+        self.algorithms = algorithms
+        self._entry = dict(entry)
+        self._bound = {algorithms[0]: PyJWK(self._entry, algorithm=algorithms[0])}
 
     def for_algorithm(self, algorithm: object) -> PyJWK | None:
         """The key to verify a token whose header names `algorithm`; None when it may not."""
-        return self.by_algorithm.get(algorithm) if isinstance(algorithm, str) else None
+        if not isinstance(algorithm, str) or algorithm not in self.algorithms:
+            return None
+        if algorithm not in self._bound:
+            self._bound[algorithm] = PyJWK(self._entry, algorithm=algorithm)
+        return self._bound[algorithm]
 
 
 def key_algorithms(entry: Mapping[str, Any]) -> tuple[str, ...]:
@@ -92,7 +97,7 @@ def key_algorithms(entry: Mapping[str, Any]) -> tuple[str, ...]:
     curve) allows. Raises UnusableKey saying why it verifies none."""
     kty, curve = entry.get("kty"), entry.get("crv")
     if entry.get("use", "sig") != "sig":
-        raise UnusableKey(f"is for {entry.get('use')!r}, not for signatures")
+        raise UnusableKey(f"is for {_shown(entry.get('use'))}, not for signatures")
     if kty == "RSA":
         allowed: tuple[str, ...] = RSA_ALGORITHMS
     elif kty in ("EC", "OKP"):
@@ -120,14 +125,12 @@ def key_algorithms(entry: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def signing_key(entry: Mapping[str, Any]) -> SigningKey:
-    """The key a JWK describes, for each algorithm it may verify; UnusableKey when none."""
-    by_algorithm: dict[str, PyJWK] = {}
-    for algorithm in key_algorithms(entry):
-        try:
-            by_algorithm[algorithm] = PyJWK(dict(entry), algorithm=algorithm)
-        except jwt.PyJWTError as exc:
-            raise UnusableKey(f"cannot be read ({exc})") from exc
-    return SigningKey(kid=str(entry.get("kid", "")), by_algorithm=by_algorithm)
+    """The key a JWK describes, with the algorithms it may verify; UnusableKey when none."""
+    algorithms = key_algorithms(entry)
+    try:
+        return SigningKey(str(entry.get("kid", "")), entry, algorithms)
+    except jwt.PyJWTError as exc:
+        raise UnusableKey(f"cannot be read ({str(exc)[:120]})") from exc
 
 
 def _on(curve: object) -> str:
