@@ -51,3 +51,14 @@ def test_token_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     settings = Settings()
     assert (settings.jwt_max_lifetime_seconds, settings.jwt_leeway_seconds) == (3600, 30)
     assert settings.jwt_roles_claim == "realm_access.roles"
+
+
+def test_the_accepted_token_types_are_comma_separated_media_types(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AGENT_ENGINE_JWT_ACCEPTED_TYPES", raising=False)
+    assert Settings().jwt_accepted_type_set == {"at+jwt", "jwt"}
+    monkeypatch.setenv("AGENT_ENGINE_JWT_ACCEPTED_TYPES", " application/AT+JWT , ")
+    assert Settings().jwt_accepted_type_set == {"at+jwt"}
+    monkeypatch.setenv("AGENT_ENGINE_JWT_ACCEPTED_TYPES", "")
+    assert Settings().jwt_accepted_type_set == frozenset()  # `typ` not checked
