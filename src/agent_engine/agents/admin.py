@@ -20,7 +20,9 @@ from agent_engine.agents.zones import reslot_calendar_agents_without_owner_zone
 from agent_engine.db import agents as agents_db
 from agent_engine.db import catalog, platform, users
 from agent_engine.db.platform import write_platform_setting
+from agent_engine.domain.gate import ResumeStop
 from agent_engine.domain.zones import zone_or_utc
+from agent_engine.runs import resume_gate
 
 # GraphQL-side names of the platform settings → their keys in platform_settings.
 SETTING_KEYS = {
@@ -85,7 +87,14 @@ async def set_admin_paused(
         now=now,
     )
     details: dict[str, Any] = {"agentName": before.name, "note": note}
-    if not paused:
+    if paused:
+        # Under review: a run parked on its owner's approval does not go on either.
+        stopped = await resume_gate.stop_parked_runs(
+            conn, [agent_id], ResumeStop.ADMIN_PAUSED, actor_id=actor_id
+        )
+        if stopped:
+            details["runsCancelled"] = [str(run_id) for run_id in stopped]
+    else:
         details["previousNote"] = before.admin_pause_note
     await record(
         conn,
@@ -122,13 +131,16 @@ async def deactivate_owner(conn: AsyncConnection, user_id: int, *, actor_id: int
     if not await users.deactivate(conn, user_id):
         raise Missing("user", user_id)
     switched_off = await agents_db.switch_off_agents_of_owner(conn, user_id)
-    await record(
+    stopped = await resume_gate.stop_parked_runs(
         conn,
-        actor_id,
-        AuditAction.USER_DEACTIVATED,
-        user_id=user_id,
-        details={"agentsSwitchedOff": switched_off},
+        await agents_db.agent_ids_of_owner(conn, user_id),
+        ResumeStop.OWNER_INACTIVE,
+        actor_id=actor_id,
     )
+    details: dict[str, Any] = {"agentsSwitchedOff": switched_off}
+    if stopped:
+        details["runsCancelled"] = [str(run_id) for run_id in stopped]
+    await record(conn, actor_id, AuditAction.USER_DEACTIVATED, user_id=user_id, details=details)
     return len(switched_off)
 
 
@@ -228,16 +240,24 @@ async def set_model_prices(
 
 
 async def remove_model(conn: AsyncConnection, model_id: int, *, actor_id: int) -> None:
-    """Delete from the allowed list; the FK's SET NULL stops the agents that used it."""
+    """Delete from the allowed list; the FK's SET NULL stops the agents that used it, and their
+    parked runs end.
+
+    The parked runs end before the model row is locked: a claim resuming one of them holds the
+    run's row and then may lock a limited model's row, so this takes them in the same order."""
+    stopped = await resume_gate.stop_parked_runs(
+        conn,
+        await agents_db.agent_ids_of_model(conn, model_id),
+        ResumeStop.NO_MODEL,
+        actor_id=actor_id,
+    )
     deleted = await catalog.delete_model(conn, model_id)
     if deleted is None:
         raise Missing("model", model_id)
-    await record(
-        conn,
-        actor_id,
-        AuditAction.MODEL_REMOVED,
-        details={"modelId": model_id, "model": _model_details(deleted)},
-    )
+    details: dict[str, Any] = {"modelId": model_id, "model": _model_details(deleted)}
+    if stopped:
+        details["runsCancelled"] = [str(run_id) for run_id in stopped]
+    await record(conn, actor_id, AuditAction.MODEL_REMOVED, details=details)
 
 
 async def set_tool_allowed(

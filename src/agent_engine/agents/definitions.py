@@ -19,7 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_engine.agents.errors import Missing, ModelMissing, ToolsNotAllowed, TooManyAgents
 from agent_engine.db import agents as agents_db
 from agent_engine.db import catalog, users
+from agent_engine.domain.gate import ResumeStop
 from agent_engine.domain.schedule import first_slot, parse_schedule
+from agent_engine.runs import resume_gate
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,11 @@ async def update_agent(
         zone = await users.owner_zone(conn, current.user_id)
         next_run_at = first_run_at(schedule, now=now, zone=zone)
     await agents_db.update_agent_columns(conn, agent_id, changes, next_run_at=next_run_at)
+    if changes.get("enabled") is False:
+        # The owner's switch is a full stop: a run parked on their approval does not go on.
+        await resume_gate.stop_parked_runs(
+            conn, [agent_id], ResumeStop.DISABLED, actor_id=current.user_id
+        )
 
 
 async def set_agent_tools(conn: AsyncConnection, agent_id: int, tool_ids: Sequence[int]) -> None:

@@ -8,7 +8,8 @@ spend -- an owner at the cap could delete the agent, create another and run on. 
   unfinished run, and no run that spent tokens finished within `COUNTED_SPEND_HORIZON`;
 - otherwise *hides* it: `deleted_at` is set and the owner's switch turned off in the same write
   (a CHECK holds it: a hidden agent is always switched off, so the gate stays closed and the
-  scheduler never sees it), its queued run is failed, and every read of agents leaves it out. A
+  scheduler never sees it), its queued run is failed, a run parked on its owner's approval is
+  ended (failed/cancelled, `runs/resume_gate.py`), and every read of agents leaves it out. A
   run already running finishes and its tokens count. The budget sum alone still reads it.
 
 `purge_hidden_agents` (on the reaper's tick) deletes hidden agents once their runs stopped
@@ -23,6 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents.errors import Missing, UnderReview
 from agent_engine.db import agents as agents_db
+from agent_engine.domain.gate import ResumeStop
+from agent_engine.runs import resume_gate
 
 # A run that finished longer ago than this lies before the current budget week in every zone: a
 # week is 7 days (7 days and an hour across a DST change) and contains now.
@@ -38,13 +41,15 @@ async def delete_agent(
     now: datetime,
     by_admin: bool = True,
     database_clock: bool = False,
+    actor_id: int | None = None,
 ) -> bool:
     """Delete or hide the agent; True when the row was deleted, False when it is hidden.
 
     An agent an admin paused is under review: only an admin may delete it (`by_admin`), or its
     owner could escape the pause by deleting and creating it again. `database_clock`: the hidden
     row's and the failed run's times are the database's `now()` rather than `now` (which still
-    decides which runs count).
+    decides which runs count). `actor_id`: who deleted it, recorded on the approvals of its
+    parked runs, which are cancelled.
 
     The row lock orders this after (or before) a concurrent manual start, which holds a key-share
     lock on the agent from its gate check to its journal insert, and after a concurrent pause.
@@ -57,6 +62,8 @@ async def delete_agent(
     written_at = None if database_clock else now
     await agents_db.hide_agent(conn, agent_id, now=written_at)
     await agents_db.fail_queued_run(conn, agent_id, error=DELETED_ERROR, now=written_at)
+    # A run parked on its owner's approval ends too (it counts on, as a finished run).
+    await resume_gate.stop_parked_runs(conn, [agent_id], ResumeStop.DELETED, actor_id=actor_id)
     return await agents_db.delete_if_uncounted(conn, agent_id, horizon=now - COUNTED_SPEND_HORIZON)
 
 

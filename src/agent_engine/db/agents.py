@@ -113,6 +113,9 @@ LOCK_LIVE_SCHEDULE = text(
 )
 LOCK_AGENT = text("SELECT * FROM agents WHERE id = :id FOR UPDATE")
 FIND_BY_OWNER_AND_NAME = text("SELECT id FROM agents WHERE user_id = :u AND name = :n")
+# Every agent of the owner (hidden ones too) / of the model: whose parked runs end.
+AGENT_IDS_OF_OWNER = text("SELECT id FROM agents WHERE user_id = :id ORDER BY id")
+AGENT_IDS_OF_MODEL = text("SELECT id FROM agents WHERE model_id = :id ORDER BY id")
 SWITCH_OFF_AGENTS_OF_OWNER = text(
     "UPDATE agents SET enabled = false WHERE user_id = :id AND enabled RETURNING id"
 )
@@ -197,6 +200,20 @@ async def switch_off_agents_of_owner(conn: AsyncConnection, owner_id: int) -> li
     """The owner's switch off on every agent that had it on; returns those ids, sorted."""
     rows = await conn.execute(SWITCH_OFF_AGENTS_OF_OWNER, {"id": owner_id})
     return sorted(int(row.id) for row in rows)
+
+
+async def agent_ids_of_owner(conn: AsyncConnection, owner_id: int) -> list[int]:
+    return [
+        int(agent_id)
+        for agent_id in (await conn.execute(AGENT_IDS_OF_OWNER, {"id": owner_id})).scalars()
+    ]
+
+
+async def agent_ids_of_model(conn: AsyncConnection, model_id: int) -> list[int]:
+    return [
+        int(agent_id)
+        for agent_id in (await conn.execute(AGENT_IDS_OF_MODEL, {"id": model_id})).scalars()
+    ]
 
 
 # --- tool links -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.rows import AnyRow, columns
 from agent_engine.db.run_steps import END_PENDING_STEP
+from agent_engine.domain.storable import storable_json_dumps, storable_text
 
 CHANNEL = "tool_approval_events"
 
@@ -122,6 +123,43 @@ CLAIM_CALL = text(
     "UPDATE tool_approvals SET call_started_at = now()"
     " WHERE id = :id AND status = 'approved' AND call_started_at IS NULL RETURNING id"
 )
+# What the start gate reads of a run's agent and owner (`domain.gate.resume_stop` decides). The
+# shared variant holds the agent row until commit: a pause, switch-off, deletion, deactivation
+# or model removal (each writes the agent row) then commits either before this read, and is seen,
+# or after the caller's commit.
+_GATE_OF_RUN = (
+    "SELECT a.enabled, a.admin_paused, a.model_id IS NOT NULL AS has_model,"
+    " a.deleted_at IS NOT NULL AS deleted, u.is_active AS owner_active"
+    " FROM agent_runs r JOIN agents a ON a.id = r.agent_id JOIN users u ON u.id = a.user_id"
+    " WHERE r.id = :run_id"
+)
+GATE_OF_RUN = text(_GATE_OF_RUN)
+GATE_OF_RUN_SHARED = text(_GATE_OF_RUN + " FOR SHARE OF a")
+# The parked runs of agents that may no longer run, locked (a run a worker took back meanwhile,
+# under its row lock in `TAKE_PARKED`, is no longer parked: the call's own check stops it); then
+# their approvals are cancelled and waiting steps closed with the reason (before the runs end, whose
+# trigger would close them with a generic one); then they end like a cancelled run (failed /
+# cancelled, the tokens of their answered model calls kept).
+LOCK_PARKED_OF_AGENTS = text(
+    "SELECT id FROM agent_runs WHERE agent_id = ANY(CAST(:agent_ids AS bigint[]))"
+    " AND state = 'running' AND parked_at IS NOT NULL ORDER BY id FOR UPDATE"
+)
+END_PARKED = text(
+    "UPDATE agent_runs SET state = 'failed', reason = 'cancelled', error = :error,"
+    " finished_at = now(), parked_at = NULL, tokens_used = GREATEST(tokens_used,"
+    "   (SELECT COALESCE(sum(prompt_tokens + completion_tokens), 0) FROM agent_run_steps"
+    "    WHERE run_id = agent_runs.id))"
+    " WHERE id = ANY(CAST(:run_ids AS bigint[])) AND state = 'running' AND parked_at IS NOT NULL"
+)
+# The approvals of ended runs that could still lead to a call: pending (a later decision is a
+# CONFLICT), or approved and not yet called (`CLAIM_CALL` needs `approved`). A declined or expired
+# one stays as decided: it never calls anything.
+CANCEL_OPEN_OF_RUNS = text(
+    "UPDATE tool_approvals SET status = 'cancelled', decided_at = now(), decided_by = :actor"
+    " WHERE run_id = ANY(CAST(:run_ids AS bigint[]))"
+    " AND (status = 'pending' OR (status = 'approved' AND call_started_at IS NULL))"
+    f" RETURNING {APPROVAL_COLUMNS}"
+)
 DECIDE = text(
     "UPDATE tool_approvals SET status = :status, decided_at = now(), decided_by = :actor,"
     " note = :note WHERE id = :id AND status = 'pending'"
@@ -218,10 +256,13 @@ async def park(
                 "owner_id": parked.owner_id,
                 "step_index": step_index,
                 "tool_id": tool_id,
-                "tool_name": tool_name,
-                "input": json.dumps(input),
+                # The model's call and the conversation so far (tool results too): cleaned of
+                # what `jsonb` refuses, or the park fails and the run is lost
+                # (`domain/storable.py`).
+                "tool_name": storable_text(tool_name),
+                "input": storable_json_dumps(input),
                 "timeout_seconds": timeout_seconds,
-                "checkpoint": json.dumps(checkpoint),
+                "checkpoint": storable_json_dumps(checkpoint),
             },
         )
     ).one()
@@ -257,6 +298,67 @@ async def take_parked(conn: AsyncConnection, run_id: int) -> Decided | None:
 
 async def claim_call(conn: AsyncConnection, approval_id: int) -> bool:
     return (await conn.execute(CLAIM_CALL, {"id": approval_id})).first() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentGate:
+    """What decides whether a run's agent may still run (`domain.gate.resume_stop`)."""
+
+    enabled: bool
+    admin_paused: bool
+    has_model: bool
+    deleted: bool
+    owner_active: bool
+
+
+async def gate_of_run(conn: AsyncConnection, run_id: int, *, shared: bool) -> AgentGate | None:
+    """The run's agent's gate; `shared`: hold the agent row (FOR SHARE) until commit. None when
+    the run (or its agent) is gone."""
+    statement = GATE_OF_RUN_SHARED if shared else GATE_OF_RUN
+    row = (await conn.execute(statement, {"run_id": run_id})).one_or_none()
+    if row is None:
+        return None
+    return AgentGate(
+        enabled=bool(row.enabled),
+        admin_paused=bool(row.admin_paused),
+        has_model=bool(row.has_model),
+        deleted=bool(row.deleted),
+        owner_active=bool(row.owner_active),
+    )
+
+
+async def end_parked_of_agents(
+    conn: AsyncConnection, agent_ids: Sequence[int], *, error: str, actor_id: int | None
+) -> list[int]:
+    """End the parked runs of the agents (failed/cancelled with `error`) and cancel their open
+    approvals; returns the ended runs' ids, sorted."""
+    if not agent_ids:
+        return []
+    rows = await conn.execute(LOCK_PARKED_OF_AGENTS, {"agent_ids": list(agent_ids)})
+    run_ids = [int(run_id) for run_id in rows.scalars()]
+    if run_ids:
+        await cancel_open(conn, run_ids, actor_id=actor_id, error=error)
+        await conn.execute(END_PARKED, {"run_ids": run_ids, "error": error})
+    return run_ids
+
+
+async def cancel_open(
+    conn: AsyncConnection, run_ids: Sequence[int], *, actor_id: int | None, error: str
+) -> list[ApprovalRow]:
+    """Cancel the approvals of runs about to end that could still lead to a call, close their
+    waiting steps with `error`, and tell the api processes (at commit)."""
+    if not run_ids:
+        return []
+    rows = await conn.execute(CANCEL_OPEN_OF_RUNS, {"run_ids": list(run_ids), "actor": actor_id})
+    cancelled = [ApprovalRow.from_row(row) for row in rows]
+    if cancelled:
+        await conn.execute(
+            CLOSE_STEP,
+            [{"run_id": a.run_id, "index": a.step_index, "error": error} for a in cancelled],
+        )
+    for approval in cancelled:
+        await notify(conn, approval)
+    return cancelled
 
 
 async def decide(

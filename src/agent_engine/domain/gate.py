@@ -74,3 +74,53 @@ def agent_status(
     if lock is not None:
         return AgentStatus(lock.value)
     return AgentStatus.SCHEDULED if has_schedule else AgentStatus.MANUAL
+
+
+class ResumeStop(StrEnum):
+    """Why a parked run may not go on: what the start gate checks, plus what only a run that was
+    admitted before can meet (its agent deleted, its owner deactivated meanwhile)."""
+
+    DELETED = "DELETED"
+    ADMIN_PAUSED = "ADMIN_PAUSED"
+    OWNER_INACTIVE = "OWNER_INACTIVE"
+    DISABLED = "DISABLED"
+    NO_MODEL = "NO_MODEL"
+
+
+# What the owner reads in `Run.error` (and the waiting step's error) of a run ended so.
+RESUME_STOP_MESSAGES: Mapping[ResumeStop, str] = MappingProxyType(
+    {
+        ResumeStop.DELETED: "the agent was deleted while the run waited for approval",
+        ResumeStop.ADMIN_PAUSED: (
+            "the agent was paused by an admin while the run waited for approval"
+        ),
+        ResumeStop.OWNER_INACTIVE: (
+            "the owner's account was deactivated while the run waited for approval"
+        ),
+        ResumeStop.DISABLED: (
+            "the agent was switched off by its owner while the run waited for approval"
+        ),
+        ResumeStop.NO_MODEL: (
+            "the agent's model was removed from the allowed list while the run waited for approval"
+        ),
+    }
+)
+
+
+def resume_stop(
+    *, enabled: bool, admin_paused: bool, has_model: bool, deleted: bool, owner_active: bool
+) -> ResumeStop | None:
+    """What keeps a parked run from going on, or None. Deletion first (the agent is gone, whatever
+    else), then the admin's lock; a deactivated owner before the owner's switch, which the
+    deactivation itself turned off."""
+    if deleted:
+        return ResumeStop.DELETED
+    if admin_paused:
+        return ResumeStop.ADMIN_PAUSED
+    if not owner_active:
+        return ResumeStop.OWNER_INACTIVE
+    if not enabled:
+        return ResumeStop.DISABLED
+    if not has_model:
+        return ResumeStop.NO_MODEL
+    return None

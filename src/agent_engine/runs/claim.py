@@ -11,8 +11,9 @@ itself checks that they are still the stored ones; when they are not (or the run
 start), it writes nothing and the transaction below decides, as before.
 
 The same transaction takes back a parked run whose approval was decided (the decision's message):
-it resumes only when the model it started on has a free slot (`model_slots.admit_resume`), else
-it stays parked with its decision, and the next slot handed on is its.
+it resumes only while its agent may still run (`resume_gate.refuse_resume` ends it otherwise) and
+when the model it started on has a free slot (`model_slots.admit_resume`), else it stays parked
+with its decision, and the next slot handed on is its.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
-from agent_engine.runs import model_slots, seen_platform
+from agent_engine.runs import model_slots, resume_gate, seen_platform
 from agent_engine.runs.budget import owners_over_budget
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.context import RunContext, run_context_from_row
@@ -181,6 +182,12 @@ async def _resume(conn: AsyncConnection, row: Row[Any], *, platform: PlatformSet
     model_id = row.run_model_id
     if not await approvals_db.is_decided(conn, run_id):
         return Claim(run_id, None)  # still pending, resumed already, or no longer parked
+    if await resume_gate.refuse_resume(conn, run_id) is not None:
+        # Ended instead (its agent may no longer run): a decided parked run counted as waiting
+        # ahead of its model's queued runs, so a limited model's slot is handed on.
+        same_model = row.agent_model_id == model_id
+        limit = row.max_concurrent_runs if same_model else None
+        return Claim(run_id, RunState.FAILED, model_id=model_id, model_limit=limit)
     admission = await model_slots.admit_resume(conn, model_id=model_id)
     if not admission.admitted:
         log.info(

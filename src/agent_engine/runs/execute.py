@@ -23,9 +23,8 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db import approvals as approvals_db
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
-from agent_engine.runs import approvals, model_slots, steps
+from agent_engine.runs import approvals, model_slots, resume_gate, steps
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.claim import Claim as Claim
 from agent_engine.runs.claim import claim_run as claim_run
@@ -119,7 +118,9 @@ async def _execute(
             decision=resumed.status,
             note=resumed.note,
             step_index=resumed.step_index,
-            claim_call=functools.partial(_claim_call, engine, resumed.approval_id),
+            claim_call=functools.partial(
+                resume_gate.claim_call, engine, run_id, resumed.approval_id
+            ),
         )
     work = asyncio.ensure_future(
         runtime.execute(
@@ -198,12 +199,6 @@ async def _execute(
         completion_tokens=max(outcome.completion_tokens, meter.completion),
         transcript=transcript,
     )
-
-
-async def _claim_call(engine: AsyncEngine, approval_id: int) -> bool:
-    """The compare-and-set before an approved call: True for exactly one attempt."""
-    async with engine.begin() as conn:
-        return await approvals_db.claim_call(conn, approval_id)
 
 
 async def _stop(beat: asyncio.Future[None], stop: asyncio.Event) -> None:

@@ -24,6 +24,7 @@ from agent_engine.db import runs as runs_sql
 from agent_engine.db.lane import autocommit
 from agent_engine.db.run_steps import NO_PENDING
 from agent_engine.domain.runs import RunReason, RunState
+from agent_engine.domain.storable import storable_optional
 from agent_engine.runs import steps
 from agent_engine.runs.alerts import record_alerts_after_finish
 
@@ -111,8 +112,10 @@ async def finish(
         "run_id": run_id,
         "state": str(state),
         "reason": str(reason) if reason else None,
-        "output": output,
-        "error": error,
+        # A character the database refuses would make the finish unwritable, and the run would
+        # end STALE; the output is the model's (`domain/storable.py`).
+        "output": storable_optional(output),
+        "error": storable_optional(error),
         "tokens": tokens,
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,

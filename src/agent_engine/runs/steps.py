@@ -11,7 +11,6 @@ by the database's finish trigger. The statements are `db/run_steps.py`'s.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -21,6 +20,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.run_steps import NO_PENDING, START_STEP
+from agent_engine.domain.storable import storable_json_dumps, storable_optional, storable_text
 from agent_engine.runtime.transcript import StepEnd, StepKind
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,8 @@ class StepRecorder:
                         ended["p_index"],
                         index,
                         str(kind),
-                        name,
-                        None if input is None else json.dumps(input),
+                        storable_text(name),
+                        None if input is None else storable_json_dumps(input),
                         self._now_fn(),
                     )
                 except _CONNECTION_ERRORS:
@@ -90,8 +90,9 @@ class StepRecorder:
     async def step_finished(self, index: int, end: StepEnd) -> None:
         self._pending = {
             "p_index": index,
-            "p_output": end.output,
-            "p_error": end.error,
+            # What a model or tool sent; a NUL in it would lose the step (`domain/storable.py`).
+            "p_output": storable_optional(end.output),
+            "p_error": storable_optional(end.error),
             "p_prompt": end.prompt_tokens,
             "p_completion": end.completion_tokens,
             "p_finished": self._now_fn(),

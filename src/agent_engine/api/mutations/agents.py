@@ -155,6 +155,7 @@ class AgentMutation:
                     now=info.context.now,
                     by_admin=viewer.is_admin,
                     database_clock=True,
+                    actor_id=viewer.user_id,
                 )
             except UnderReview as exc:
                 raise Forbidden(str(exc), lock="ADMIN_PAUSED") from exc
