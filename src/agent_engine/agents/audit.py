@@ -11,7 +11,7 @@ variable), and URLs are recorded without credentials or query strings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -39,6 +39,10 @@ class AuditAction(StrEnum):
     TOOL_SOURCE_UPSERTED = "tool_source.upserted"
     TOOL_SOURCE_SYNCED = "tool_source.synced"
     TOOL_SOURCE_REMOVED = "tool_source.removed"
+    # A sync found a known MCP tool relabelled (READ <-> WRITE), or its description or schema
+    # changed: the server's word changed under the admins' choices.
+    TOOL_ACCESS_CHANGED = "tool.access_changed"
+    TOOL_CHANGED = "tool.changed"
 
 
 async def record(
@@ -62,6 +66,27 @@ async def record(
         agent_id=agent_id,
         user_id=user_id,
         details=details,
+    )
+
+
+async def record_many(
+    conn: AsyncConnection,
+    actor_id: int | None,
+    entries: Sequence[tuple[AuditAction, Mapping[str, Any]]],
+) -> None:
+    """Append several entries (action, details) in the caller's transaction, as one batch."""
+    await audit_db.insert_entries(
+        conn,
+        [
+            {
+                "actor_id": actor_id,
+                "action": str(action),
+                "agent_id": None,
+                "user_id": None,
+                "details": details,
+            }
+            for action, details in entries
+        ],
     )
 
 

@@ -4,7 +4,7 @@ refuses UPDATE, DELETE and TRUNCATE)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,6 +51,11 @@ INSERT_ENTRY = text(
     " VALUES (:actor_id, :action, :agent_id, :user_id, CAST(:details AS jsonb)) RETURNING id"
 )
 
+INSERT_ENTRIES = text(
+    "INSERT INTO audit_log (actor_id, action, agent_id, user_id, details)"
+    " VALUES (:actor_id, :action, :agent_id, :user_id, CAST(:details AS jsonb))"
+)
+
 
 async def insert_entry(
     conn: AsyncConnection,
@@ -69,6 +74,23 @@ async def insert_entry(
         "details": None if details is None else json.dumps(details, default=str),
     }
     return int((await conn.execute(INSERT_ENTRY, params)).scalar_one())
+
+
+async def insert_entries(conn: AsyncConnection, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Several entries (the keys of `insert_entry`) as one batch (executemany), none returned."""
+    if entries:
+        await conn.execute(
+            INSERT_ENTRIES,
+            [
+                {
+                    **entry,
+                    "details": None
+                    if entry["details"] is None
+                    else json.dumps(entry["details"], default=str),
+                }
+                for entry in entries
+            ],
+        )
 
 
 async def fetch_page(

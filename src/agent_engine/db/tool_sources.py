@@ -51,6 +51,32 @@ class CatalogEntry:
     access: str
 
 
+@dataclass(frozen=True, slots=True)
+class ToolChange:
+    """A known tool a sync changed: its label (old and new), description or schema."""
+
+    id: int
+    name: str
+    old_access: str
+    access: str
+    agents_allowed: bool
+    description_changed: bool
+    schema_changed: bool
+
+    @classmethod
+    def from_row(cls, row: AnyRow) -> ToolChange:
+        values = columns(row)
+        return cls(
+            id=int(values["id"]),
+            name=values["name"],
+            old_access=values["old_access"],
+            access=values["access"],
+            agents_allowed=bool(values["agents_allowed"]),
+            description_changed=bool(values["description_changed"]),
+            schema_changed=bool(values["schema_changed"]),
+        )
+
+
 SELECT_SOURCE = text("SELECT * FROM tool_sources WHERE id = :id")
 SELECT_SOURCE_BY_NAME = text("SELECT * FROM tool_sources WHERE name = :name")
 ALL_SOURCES = text("SELECT * FROM tool_sources ORDER BY name")
@@ -69,24 +95,68 @@ SYNC_FAILED = text("UPDATE tool_sources SET last_error = :error WHERE id = :id")
 SYNC_DONE = text(
     "UPDATE tool_sources SET last_error = :error, last_synced_at = now() WHERE id = :id"
 )
-# A sync keeps each tool's agents_allowed; a tool that changed name on our side (the source was
-# renamed) keeps its row, and with it the agents' selections.
-UPSERT_SOURCE_TOOL = text(
+# A sync writes the source's tools in four statements, whatever their number. The vanished go
+# first and the tools whose catalog name changes (the source was renamed) step aside to a name no
+# tool can have ('#<id>'): a new tool may take a name a vanished one had, and no two rows of one
+# sync ever want one name at once, in whatever order the rows are written.
+DELETE_VANISHED = text(
+    "DELETE FROM tools WHERE source_id = :source_id"
+    " AND NOT (remote_name = ANY(CAST(:keep AS text[])))"
+)
+PARK_RENAMED = text(
     """
-    INSERT INTO tools (name, description, source_id, remote_name, input_schema, access)
-    VALUES (:name, :description, :source_id, :remote_name, CAST(:input_schema AS jsonb), :access)
-    ON CONFLICT (source_id, remote_name) DO UPDATE SET
-        name = EXCLUDED.name, description = EXCLUDED.description,
-        input_schema = EXCLUDED.input_schema, access = EXCLUDED.access
+    UPDATE tools t SET name = '#' || t.id
+      FROM unnest(CAST(:remote_names AS text[]), CAST(:names AS text[])) AS i(remote_name, name)
+     WHERE t.source_id = :source_id AND t.remote_name = i.remote_name AND t.name <> i.name
     """
+)
+# New tools join not allowed; a known one keeps its agents_allowed -- unless its label went from
+# WRITE to READ: a server's word that a tool became harmless is not taken by itself, an admin
+# allows it again. The old values are read in the same statement (one snapshot), and only the
+# known tools that changed come back, with what changed.
+UPSERT_SOURCE_TOOLS = text(
+    """
+    WITH incoming AS (
+        SELECT * FROM unnest(
+            CAST(:names AS text[]), CAST(:remote_names AS text[]),
+            CAST(:descriptions AS text[]), CAST(:schemas AS text[]), CAST(:accesses AS text[])
+        ) AS i(name, remote_name, description, input_schema, access)
+    ),
+    known AS (
+        SELECT t.remote_name, t.access,
+               t.description IS DISTINCT FROM i.description AS description_changed,
+               t.input_schema IS DISTINCT FROM CAST(i.input_schema AS jsonb) AS schema_changed
+          FROM tools t JOIN incoming i ON i.remote_name = t.remote_name
+         WHERE t.source_id = :source_id
+    ),
+    written AS (
+        INSERT INTO tools (name, description, source_id, remote_name, input_schema, access)
+        SELECT name, description, CAST(:source_id AS bigint), remote_name,
+               CAST(input_schema AS jsonb), access
+          FROM incoming
+        ON CONFLICT (source_id, remote_name) DO UPDATE SET
+            name = EXCLUDED.name, description = EXCLUDED.description,
+            input_schema = EXCLUDED.input_schema, access = EXCLUDED.access,
+            agents_allowed = tools.agents_allowed
+                AND NOT (tools.access = 'write' AND EXCLUDED.access = 'read')
+        RETURNING id, name, remote_name, access, agents_allowed
+    )
+    SELECT w.id, w.name, k.access AS old_access, w.access, w.agents_allowed,
+           k.description_changed, k.schema_changed
+      FROM written w JOIN known k ON k.remote_name = w.remote_name
+     WHERE k.access <> w.access OR k.description_changed OR k.schema_changed
+     ORDER BY w.name
+    """
+)
+# An owner's auto-approval was given to a WRITE tool: a tool whose label changed either way starts
+# over (a READ tool has none; a tool that becomes WRITE again asks first).
+RESET_AUTO_APPROVED = text(
+    "UPDATE agent_tools SET auto_approved = false"
+    " WHERE tool_id = ANY(CAST(:ids AS bigint[])) AND auto_approved"
 )
 TAKEN_NAMES = text(
     "SELECT name FROM tools WHERE name = ANY(CAST(:names AS text[]))"
     " AND (source_id IS DISTINCT FROM :source_id)"
-)
-DELETE_VANISHED = text(
-    "DELETE FROM tools WHERE source_id = :source_id"
-    " AND NOT (remote_name = ANY(CAST(:keep AS text[])))"
 )
 LOCK_SOURCE = text("SELECT * FROM tool_sources WHERE id = :id FOR UPDATE")
 
@@ -157,27 +227,37 @@ async def names_taken_elsewhere(
 
 
 async def write_sync(
-    conn: AsyncConnection, source_id: int, entries: Sequence[CatalogEntry], error: str | None
-) -> None:
-    """The source's tools become `entries`: new ones join (not allowed), known ones are updated
-    (keeping agents_allowed), vanished ones leave the catalog (their agents' links cascade).
-    The upserts go as one batch (executemany), not a round trip per tool."""
+    conn: AsyncConnection, source_id: int, entries: Sequence[CatalogEntry]
+) -> list[ToolChange]:
+    """The source's tools become `entries`: vanished ones leave the catalog (their agents' links
+    cascade), new ones join (not allowed), known ones are updated (keeping agents_allowed, but
+    for WRITE -> READ). Returns what changed in the known ones. Four statements, whatever the
+    number of tools; call it under `lock_source`, then `record_sync_done`."""
+    remote_names = [e.remote_name for e in entries]
+    names = [e.name for e in entries]
+    await conn.execute(DELETE_VANISHED, {"source_id": source_id, "keep": remote_names})
+    changes: list[ToolChange] = []
     if entries:
         await conn.execute(
-            UPSERT_SOURCE_TOOL,
-            [
-                {
-                    "name": entry.name,
-                    "description": entry.description,
-                    "source_id": source_id,
-                    "remote_name": entry.remote_name,
-                    "input_schema": json.dumps(entry.input_schema),
-                    "access": entry.access,
-                }
-                for entry in entries
-            ],
+            PARK_RENAMED, {"source_id": source_id, "remote_names": remote_names, "names": names}
         )
-    await conn.execute(
-        DELETE_VANISHED, {"source_id": source_id, "keep": [e.remote_name for e in entries]}
-    )
+        rows = await conn.execute(
+            UPSERT_SOURCE_TOOLS,
+            {
+                "source_id": source_id,
+                "names": names,
+                "remote_names": remote_names,
+                "descriptions": [e.description for e in entries],
+                "schemas": [json.dumps(e.input_schema) for e in entries],
+                "accesses": [e.access for e in entries],
+            },
+        )
+        changes = [ToolChange.from_row(row) for row in rows.mappings()]
+    relabelled = [c.id for c in changes if c.old_access != c.access]
+    if relabelled:
+        await conn.execute(RESET_AUTO_APPROVED, {"ids": relabelled})
+    return changes
+
+
+async def record_sync_done(conn: AsyncConnection, source_id: int, error: str | None) -> None:
     await conn.execute(SYNC_DONE, {"id": source_id, "error": error})

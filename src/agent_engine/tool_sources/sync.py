@@ -2,10 +2,15 @@
 
 New tools join as `<source>__<tool>` with agents_allowed = false; known ones are updated (their
 agents_allowed kept); vanished ones leave the catalog, and the agents that had them keep running
-on the rest. A tool whose catalog name is longer than 64 characters, whose schema is not a JSON
-Schema object, or whose name collides with another after slugging is left out and named in
-`lastError`; the rest sync. A sync that fails (unreachable, too many tools, no answer in time)
-keeps the tools the source had and sets `lastError`.
+on the rest. What the server sends is data, checked here before it is stored: a tool whose name
+holds a control character, whose catalog name is longer than 64 characters or collides with
+another, or whose schema is not a JSON Schema object the engine will check arguments against
+(larger or deeper than the limits, a `$ref` that is not local, a pattern the non-backtracking
+engine refuses, NUL) is left out and named in `lastError`; the rest sync. Descriptions are
+cleaned of control characters. A known tool relabelled WRITE -> READ is disallowed until an
+admin allows it again; every relabel and every change of description or schema is audited.
+A sync that fails (unreachable, too many tools, no answer in time) keeps the tools the source
+had and sets `lastError`.
 """
 
 from __future__ import annotations
@@ -16,12 +21,23 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import jsonschema
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.agents import audit
 from agent_engine.db import tool_sources as sources_db
-from agent_engine.domain.mcp import CATALOG_NAME_MAX_CHARS, catalog_name
+from agent_engine.domain.mcp import (
+    CATALOG_NAME_MAX_CHARS,
+    ToolAccess,
+    access_change_note,
+    catalog_name,
+    cleaned_text,
+    escaped,
+    name_problem,
+    schema_shape_problem,
+)
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
+from agent_engine.runtime.tools.mcp import SchemaRefused, validator
 from agent_engine.tool_sources.client import (
     MAX_SCHEMA_BYTES,
     McpError,
@@ -33,6 +49,9 @@ from agent_engine.tool_sources.listing import list_tools_isolated
 log = logging.getLogger(__name__)
 
 MAX_ERROR_CHARS = 2_000
+# A sync's write that lost a catalog name to a concurrent one (another source's sync took it
+# between our check and our write) is tried again, and then names it.
+WRITE_ATTEMPTS = 2
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,9 @@ def plan(
     problems: list[str] = []
     by_name: dict[str, list[RemoteTool]] = defaultdict(list)
     for tool in remote:
+        if problem := name_problem(tool.name):
+            problems.append(f"tool {tool.name!r} left out: {problem}")
+            continue
         by_name[catalog_name(source, tool.name)].append(tool)
     entries: list[sources_db.CatalogEntry] = []
     for name, tools in by_name.items():
@@ -70,7 +92,7 @@ def plan(
             sources_db.CatalogEntry(
                 name=name,
                 remote_name=tool.name,
-                description=tool.description,
+                description=cleaned_text(tool.description),
                 input_schema=tool.input_schema,
                 access=str(tool.access),
             )
@@ -79,14 +101,19 @@ def plan(
 
 
 def schema_problem(schema: object) -> str | None:
+    """Why a tool's inputSchema is refused at sync, or None. It must compile as the call-time
+    check compiles it (offline, linear-time patterns), so no call ever meets a schema that was
+    not checked here."""
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return "is not a JSON Schema of an object"
-    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+    if problem := schema_shape_problem(schema):
+        return problem
+    if len(json.dumps(schema).encode()) > MAX_SCHEMA_BYTES:
         return f"is larger than {MAX_SCHEMA_BYTES} bytes"
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return f"is not a valid JSON Schema ({exc.message[:200]})"
+        validator(schema)
+    except SchemaRefused as exc:
+        return f"is not a JSON Schema the engine checks ({exc})"
     return None
 
 
@@ -96,10 +123,12 @@ async def sync_source(
     *,
     seconds: float,
     allowed_prefixes: Iterable[str] = (),
+    actor_id: int | None = None,
 ) -> SyncResult:
     """List the source's tools and write them into the catalog. The source row is read first, the
     listing happens outside any transaction, the write is one transaction. `allowed_prefixes`:
-    the operator's allow-list for `authEnv` (AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES), as at a call."""
+    the operator's allow-list for `authEnv` (AGENT_ENGINE_CREDENTIAL_ENV_PREFIXES), as at a call.
+    `actor_id`: the admin who asked, for the audit of changed tools (None: the clock)."""
     async with engine.connect() as conn:
         source = await sources_db.fetch_source(conn, source_id)
     if source is None:
@@ -118,26 +147,92 @@ async def sync_source(
         # In a child process: the listing's memory and CPU are not this process's (listing.py).
         remote = await list_tools_isolated(source.url, bearer(source.auth_env), seconds=seconds)
     except McpError as exc:
-        error = f"sync failed: {exc}"[:MAX_ERROR_CHARS]
+        error = escaped(f"sync failed: {exc}")[:MAX_ERROR_CHARS]
         log.warning("MCP source %s: %s", source.name, error)
         async with engine.begin() as conn:
             await sources_db.record_sync_failure(conn, source_id, error)
         return SyncResult(False, 0, error)
     entries, problems = plan(source.name, remote)
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            async with engine.begin() as conn:
+                return await _write(conn, source, entries, problems, actor_id)
+        except IntegrityError:
+            if attempt == WRITE_ATTEMPTS:
+                log.warning("MCP source %s: a catalog name was taken meanwhile", source.name)
+    error = "sync failed: a catalog name was taken by another sync meanwhile; sync again"
     async with engine.begin() as conn:
-        locked = await sources_db.lock_source(conn, source_id)
-        if locked is None:
-            return SyncResult(False, 0, "the source is gone")
-        if locked.name != source.name:
-            # Renamed while we listed: the next sync writes the new names.
-            return SyncResult(False, 0, "the source was renamed during the sync")
-        taken = await sources_db.names_taken_elsewhere(conn, source_id, [e.name for e in entries])
-        for name in sorted(taken):
-            problems.append(f"{name!r} is already a tool of the catalog; not synced")
-        kept = [e for e in entries if e.name not in taken]
-        summary = "; ".join(problems)[:MAX_ERROR_CHARS] or None
-        await sources_db.write_sync(conn, source_id, kept, summary)
+        await sources_db.record_sync_failure(conn, source_id, error)
+    return SyncResult(False, 0, error)
+
+
+async def _write(
+    conn: AsyncConnection,
+    source: sources_db.ToolSourceRow,
+    entries: list[sources_db.CatalogEntry],
+    listed_problems: list[str],
+    actor_id: int | None,
+) -> SyncResult:
+    """The sync's transaction: under the source's lock, the tools the catalog takes, what changed
+    audited, `lastError` written."""
+    locked = await sources_db.lock_source(conn, source.id)
+    if locked is None:
+        return SyncResult(False, 0, "the source is gone")
+    if locked.name != source.name:
+        # Renamed while we listed: the next sync writes the new names.
+        return SyncResult(False, 0, "the source was renamed during the sync")
+    problems = list(listed_problems)
+    taken = await sources_db.names_taken_elsewhere(conn, source.id, [e.name for e in entries])
+    for name in sorted(taken):
+        problems.append(f"{name!r} is already a tool of the catalog; not synced")
+    kept = [e for e in entries if e.name not in taken]
+    changes = await sources_db.write_sync(conn, source.id, kept)
+    # The relabel notes first: a long list of problems must not cut them off.
+    notes = [
+        note
+        for change in changes
+        if (
+            note := access_change_note(
+                change.name, ToolAccess(change.old_access), ToolAccess(change.access)
+            )
+        )
+    ]
+    summary = _summary([*notes, *problems])
+    await sources_db.record_sync_done(conn, source.id, summary)
+    await audit.record_many(conn, actor_id, [_audit_entry(source.id, c) for c in changes])
     return SyncResult(True, len(kept), summary)
+
+
+def _summary(problems: list[str]) -> str | None:
+    return escaped("; ".join(problems))[:MAX_ERROR_CHARS] or None
+
+
+def _audit_entry(
+    source_id: int, change: sources_db.ToolChange
+) -> tuple[audit.AuditAction, dict[str, object]]:
+    """`tool.access_changed` (from, to, whether agents may still use it) when the label changed,
+    else `tool.changed`; both say which of description and inputSchema changed (not their text:
+    the catalog shows it)."""
+    fields = [
+        field
+        for field, changed in (
+            ("description", change.description_changed),
+            ("inputSchema", change.schema_changed),
+        )
+        if changed
+    ]
+    details: dict[str, object] = {
+        "sourceId": str(source_id),
+        "toolId": str(change.id),
+        "name": change.name,
+        "fields": fields,
+    }
+    if change.old_access == change.access:
+        return audit.AuditAction.TOOL_CHANGED, details
+    details.update(
+        {"from": change.old_access, "to": change.access, "agentsAllowed": change.agents_allowed}
+    )
+    return audit.AuditAction.TOOL_ACCESS_CHANGED, details
 
 
 async def sync_enabled_sources(

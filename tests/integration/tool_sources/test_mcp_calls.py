@@ -54,7 +54,7 @@ async def test_arguments_outside_the_schema_and_server_errors_go_back_to_the_mod
     assert run["state"] == "SUCCEEDED"
     assert mcp.tickets.calls == []  # neither call reached the server
     first, second = run["steps"][1], run["steps"][3]
-    assert "at query" in first["error"] and "is not of type 'string'" in first["error"]
+    assert "at query" in first["error"] and 'is not of type "string"' in first["error"]
     assert "Additional properties" in second["error"]
     assert mcp.tool_messages()[0].startswith("error: arguments do not fit the schema")
 

@@ -77,7 +77,7 @@ def test_arguments_are_checked_against_the_full_schema() -> None:
         check_arguments(schema, {"n": 0})
     with pytest.raises(ToolError, match="at tags/0"):
         check_arguments(schema, {"n": 1, "tags": [3]})
-    with pytest.raises(ToolError, match="'n' is a required property"):
+    with pytest.raises(ToolError, match='"n" is a required property'):
         check_arguments(schema, {})
     with pytest.raises(ToolError, match="JSON object"):
         check_arguments(schema, [1])

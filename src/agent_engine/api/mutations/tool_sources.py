@@ -92,6 +92,7 @@ class ToolSourceMutation:
             saved,
             seconds=settings.tool_timeout_seconds,
             allowed_prefixes=settings.credential_prefixes,
+            actor_id=viewer.user_id,
         )
         return await _fresh(info, saved)
 
@@ -111,6 +112,7 @@ class ToolSourceMutation:
             source_id,
             seconds=settings.tool_timeout_seconds,
             allowed_prefixes=settings.credential_prefixes,
+            actor_id=viewer.user_id,
         )
         async with transaction(info) as conn:
             await audit.record(
