@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from agent_engine.domain.delivery import target_url_problem
+from agent_engine.domain.storable import storable_text
 
 SOURCE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # The models' function-name limit: a longer catalog name is left out of a sync.
@@ -132,7 +133,9 @@ def schema_shape_problem(schema: object) -> str | None:
 
 
 def _unstorable(value: str) -> bool:
-    return any(c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF for c in value)
+    # The run writers' rule of what PostgreSQL refuses; a schema is refused, not cleaned: a
+    # cleaned enum or pattern would no longer say what the server meant.
+    return storable_text(value) is not value
 
 
 def access_change_note(tool: str, old: ToolAccess, new: ToolAccess) -> str | None:

@@ -486,6 +486,8 @@ class Runtime:
             raw: Any = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return _tool_error(f"the arguments are not valid JSON ({exc.msg})")
+        except RecursionError:  # the model's output is untrusted: past Python's parser
+            return _tool_error("the arguments are nested too deeply")
         check = check_arguments if spec.mcp is not None else validate_arguments
         try:
             return check(spec.parameters, raw)

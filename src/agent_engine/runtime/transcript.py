@@ -62,11 +62,12 @@ def no_transcript() -> Transcript:
 
 def tool_input(arguments: str) -> Any:
     """A tool call's arguments for the transcript: the JSON the model sent, or its raw text when
-    it is not JSON or too long (cut and marked)."""
+    it is not JSON, nested past the parser (the model's output is untrusted), or too long (cut
+    and marked)."""
     if len(arguments) <= STEP_INPUT_MAX_CHARS:
         try:
             return json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return arguments
     return truncate(arguments, STEP_INPUT_MAX_CHARS)
 

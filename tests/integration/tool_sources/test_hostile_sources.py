@@ -186,6 +186,28 @@ async def test_deep_and_huge_schemas_are_refused_at_sync_naming_the_tool(scene: 
     assert "tool 'huge' left out: its inputSchema is larger than 64000 bytes" in error
 
 
+async def test_arguments_nested_past_the_parser_go_back_to_the_model(scene: Scene) -> None:
+    # The model is untrusted output too: 3,000 nested arrays fit the transcript's input limit
+    # and are past Python's recursion limit.
+    scene.server.state.tools = [write_tool(), read_tool("lookup", PLAIN_SCHEMA)]
+    source = await scene.register()
+    agent = await scene.agent_with(source, f"{SOURCE}__lookup")
+    nested = '{"q": ' + "[" * 3_000 + "]" * 3_000 + "}"
+
+    run = await scene.finished(
+        agent,
+        tool_reply(FakeToolCall(f"{SOURCE}__lookup", nested)),
+        text_reply("gave up"),
+    )
+
+    assert run["state"] == "SUCCEEDED"
+    step = run["steps"][1]
+    assert step["error"] == "the arguments are nested too deeply"
+    assert step["input"] == nested
+    assert scene.heard()[0] == "error: the arguments are nested too deeply"
+    assert scene.server.calls == []
+
+
 # --- labels that only get safer by themselves ---------------------------------------------------
 
 
