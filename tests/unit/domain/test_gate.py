@@ -8,11 +8,14 @@ import pytest
 
 from agent_engine.domain.gate import (
     LOCK_MESSAGES,
+    RESUME_STOP_MESSAGES,
     AgentStatus,
     Lock,
+    ResumeStop,
     agent_status,
     closed_lock,
     gate_open,
+    resume_stop,
 )
 
 FLAGS = list(itertools.product([True, False], repeat=3))
@@ -77,3 +80,50 @@ def test_every_lock_has_a_message() -> None:
     assert set(LOCK_MESSAGES) == set(Lock)
     assert "admin" in LOCK_MESSAGES[Lock.ADMIN_PAUSED]
     assert "model" in LOCK_MESSAGES[Lock.NO_MODEL]
+
+
+def test_a_parked_run_goes_on_only_when_every_lock_is_open() -> None:
+    open_gate = {
+        "enabled": True,
+        "admin_paused": False,
+        "has_model": True,
+        "deleted": False,
+        "owner_active": True,
+    }
+    assert resume_stop(**open_gate) is None
+    closed = {
+        "enabled": ResumeStop.DISABLED,
+        "admin_paused": ResumeStop.ADMIN_PAUSED,
+        "has_model": ResumeStop.NO_MODEL,
+        "deleted": ResumeStop.DELETED,
+        "owner_active": ResumeStop.OWNER_INACTIVE,
+    }
+    for flag, stop in closed.items():
+        assert resume_stop(**{**open_gate, flag: not open_gate[flag]}) is stop
+
+
+def test_a_deactivated_owner_is_named_rather_than_the_switch_it_turned_off() -> None:
+    # Deactivation writes enabled = false too; the owner reads why.
+    stop = resume_stop(
+        enabled=False, admin_paused=False, has_model=True, deleted=False, owner_active=False
+    )
+    assert stop is ResumeStop.OWNER_INACTIVE
+    # Deleted wins over everything (a hidden agent is always switched off), then the admin's lock.
+    assert (
+        resume_stop(
+            enabled=False, admin_paused=True, has_model=False, deleted=True, owner_active=False
+        )
+        is ResumeStop.DELETED
+    )
+    assert (
+        resume_stop(
+            enabled=False, admin_paused=True, has_model=False, deleted=False, owner_active=False
+        )
+        is ResumeStop.ADMIN_PAUSED
+    )
+
+
+def test_every_resume_stop_has_a_message_naming_it() -> None:
+    assert set(RESUME_STOP_MESSAGES) == set(ResumeStop)
+    assert "paused by an admin" in RESUME_STOP_MESSAGES[ResumeStop.ADMIN_PAUSED]
+    assert "deactivated" in RESUME_STOP_MESSAGES[ResumeStop.OWNER_INACTIVE]
