@@ -272,6 +272,15 @@ async def park(
     return approval
 
 
+async def end_pending_step(conn: AsyncConnection, run_id: int, step_end: dict[str, Any]) -> None:
+    """Write the step end the recorder kept back (`StepRecorder.take_pending()`'s parameters)."""
+    await conn.execute(END_STEP, {"run_id": run_id, **step_end})
+
+
+async def close_step(conn: AsyncConnection, run_id: int, index: int, *, error: str) -> None:
+    await conn.execute(CLOSE_STEP, {"run_id": run_id, "index": index, "error": error})
+
+
 async def notify(conn: AsyncConnection, approval: ApprovalRow) -> None:
     """Tell the api processes (the `toolApprovals` subscription) at commit."""
     payload = json.dumps({"id": approval.id, "owner_id": approval.owner_id})

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db.approvals import ApprovalRow
 from agent_engine.domain.mcp import ApprovalStatus
+from agent_engine.runs import resume_gate
 from agent_engine.runs.request import Enqueue
 from agent_engine.runs.steps import StepRecorder
 from agent_engine.runtime.loop import RunOutcome
@@ -48,18 +49,26 @@ async def park_run(
     timeout_seconds: float,
 ) -> ApprovalRow | None:
     """Checkpoint the run and create its approval (one transaction); None when the run was no
-    longer running (cancelled meanwhile)."""
+    longer running (cancelled meanwhile) or its agent may no longer run (the run ends here,
+    `resume_gate.refuse_park`)."""
     parked = outcome.parked
     if parked is None:
         raise ValueError("not a parked outcome")
+    step_end = transcript.take_pending()
     async with engine.begin() as conn:
+        # An agent paused (or switched off, deleted...) while the run went on asks nobody.
+        stop = await resume_gate.refuse_park(
+            conn, run_id, step_end=step_end, step_index=parked.step_index
+        )
+        if stop is not None:
+            return None
         approval = await approvals_db.park(
             conn,
             run_id,
             tokens=outcome.tokens_used,
             prompt_tokens=outcome.prompt_tokens,
             completion_tokens=outcome.completion_tokens,
-            step_end=transcript.take_pending(),
+            step_end=step_end,
             tool_id=parked.tool_id,
             tool_name=parked.tool_name,
             input=parked.input,

@@ -4,9 +4,11 @@ A run parked on its owner's approval was admitted once, but the wait may last a 
 an admin may pause the agent, its owner switch it off or delete it, an admin deactivate the owner
 or remove the model from the allowed list. Each of those writes the agent row and, in the same
 transaction, ends the agent's parked runs (`stop_parked_runs`): failed/cancelled with the reason in
-`error`, their pending (or approved, not yet called) approvals `cancelled`. Two later checks catch
-what that misses (a lock written some other way, a run taken back by a worker at that moment):
+`error`, their pending (or approved, not yet called) approvals `cancelled`. Three later checks catch
+what that misses (a run that was executing then, a lock written some other way):
 
+- the park (`refuse_park`) reads the gate holding the agent row: a run whose agent was locked
+  while it ran ends instead of asking its owner;
 - the resume (`refuse_resume`, in the claim's transaction) reads the gate and ends the run the
   same way instead of taking it back;
 - the approved call's compare-and-set (`claim_call`) first reads the gate holding the agent row
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -52,6 +55,24 @@ async def refuse_resume(conn: AsyncConnection, run_id: int) -> ResumeStop | None
     stop = await _stop_of(conn, run_id, shared=False)
     if stop is not None:
         await _end(conn, run_id, stop)
+    return stop
+
+
+async def refuse_park(
+    conn: AsyncConnection, run_id: int, *, step_end: dict[str, Any], step_index: int
+) -> ResumeStop | None:
+    """In the park's transaction, before the run parks (holding the agent row): a run whose
+    agent was locked while it ran ends here instead of asking its owner. `step_end` (the step
+    before the call, its tokens) is written first so it counts; the call's step is closed with
+    the reason."""
+    stop = await _stop_of(conn, run_id, shared=True)
+    if stop is None:
+        return None
+    error = RESUME_STOP_MESSAGES[stop]
+    await approvals_db.end_pending_step(conn, run_id, step_end)
+    await approvals_db.close_step(conn, run_id, step_index, error=error)
+    if (await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "error": error})).first():
+        log.info("run %s ended instead of parking: %s", run_id, error)
     return stop
 
 

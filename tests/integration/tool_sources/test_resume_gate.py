@@ -302,3 +302,38 @@ async def test_approve_racing_a_pause_never_calls_after_the_pause(
             assert calls == 0 and (run["state"], run["reason"]) == ("FAILED", "CANCELLED")
             assert row["status"] == "cancelled"
         await gql.data(PAUSE, {"id": agent.id, "paused": False}, as_user=admin, admin=True)
+
+
+async def test_a_run_whose_agent_was_paused_while_it_ran_does_not_park(
+    mcp: Scene, engine: AsyncEngine
+) -> None:
+    """The pause finds no parked run (the model is still answering); the park then finds the
+    agent paused and ends the run instead of asking its owner."""
+    agent = await mcp.agent()
+    mcp.fake_openai.hold()
+    _, run_id = await start_write(mcp, agent)
+
+    async def answering() -> bool:
+        return mcp.fake_openai.active_requests == 1
+
+    await eventually(answering, what="the model call to arrive")
+    await pause(mcp, agent)
+    mcp.fake_openai.release()
+
+    async def ended() -> dict[str, Any] | None:
+        run = await stored_run(engine, run_id)
+        return run if run["state"] != "running" else None
+
+    run = await eventually(ended, what=f"run {run_id} to end")
+    assert (run["state"], run["reason"]) == ("failed", "cancelled")
+    assert run["error"] == RESUME_STOP_MESSAGES[ResumeStop.ADMIN_PAUSED]
+    assert run["tokens_used"] > 0  # the model call that asked counts
+    assert await fetch(engine, "SELECT id FROM tool_approvals") == []
+    steps = await fetch(
+        engine,
+        "SELECT index, error, finished_at FROM agent_run_steps WHERE run_id = :id ORDER BY index",
+        id=int(run_id),
+    )
+    assert steps[1]["error"] == RESUME_STOP_MESSAGES[ResumeStop.ADMIN_PAUSED]
+    assert all(step["finished_at"] is not None for step in steps)
+    assert mcp.tickets.calls_of("create_ticket") == []
