@@ -138,7 +138,9 @@ def _preset_huge_schema(server: HostileServer) -> None:
 def _preset_deep_schema(server: HostileServer) -> None:
     server.state.tools = [
         write_tool(),
-        read_tool("deep", {"type": "object", "properties": {"x": _nested(500)}}),
+        # 80 levels of JSON: past any sane limit, yet within what this server can encode and the
+        # SDK's parser accepts (at 500, json.dumps here and the client's parser both give up).
+        read_tool("deep", {"type": "object", "properties": {"x": _nested(40)}}),
     ]
 
 
