@@ -16,4 +16,5 @@ SCENARIOS = (
     "stampede",
     "retention",
     "mcp_call",
+    "hostile",
 )
