@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agent_engine.bounded_reads import BodyEncoded, BodyTooLarge, CountingTransport
-from agent_engine.tool_sources.client import clean_text
+from agent_engine.domain.mcp import cleaned_text as clean_text
 
 LIMIT_BYTES = 1_000
 
@@ -60,4 +60,4 @@ async def test_a_compressed_body_is_not_asked_for_and_refused_when_sent() -> Non
 
 def test_clean_text_removes_controls_and_lone_surrogates() -> None:
     assert clean_text("a\x00b\x07c\td\ne\rf") == "abc\td\ne\rf"
-    assert clean_text("half \ud800 pair") == "half ? pair"
+    assert clean_text("half \ud800 pair") == "half  pair"

@@ -90,10 +90,20 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+# Controls but tab, newline and carriage return (NUL among them), and DEL: what `cleaned_text`
+# drops with one `str.translate` (C speed: a tool result may be 4 MB).
+_CONTROLS = dict.fromkeys([*(c for c in range(0x20) if chr(c) not in "\t\n\r"), 0x7F])
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def cleaned_text(value: str) -> str:
-    """A description as stored and shown to the model: controls other than newline and tab (NUL
-    among them) and lone surrogates removed."""
-    return "".join(c for c in value if not _odd(c)) if any(_odd(c) for c in value) else value
+    """Text a tool server sent, as stored and shown to the model (a description, a call's result):
+    controls other than tab, newline and carriage return (NUL among them) and lone surrogates
+    (JSON may carry them, UTF-8 may not) removed."""
+    value = value.translate(_CONTROLS)
+    if value.isascii():
+        return value
+    return _SURROGATE.sub("", value)
 
 
 def escaped(value: str) -> str:

@@ -25,7 +25,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from agent_engine.bounded_reads import BodyTooLarge, CountingTransport
-from agent_engine.domain.mcp import ToolAccess, access_of
+from agent_engine.domain.mcp import ToolAccess, access_of, cleaned_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -219,26 +219,10 @@ async def _all_pages(session: ClientSession) -> list[RemoteTool]:
     raise McpError(f"the server's tool list has more than {MAX_PAGES} pages")
 
 
-# C0 controls but tab, newline and carriage return: a NUL cannot be stored in PostgreSQL text,
-# the others mean nothing to a model.
-_CONTROLS = dict.fromkeys(c for c in range(0x20) if chr(c) not in "\t\n\r")
-
-
-def clean_text(text: str) -> str:
-    """`text` fit to store and show: C0 controls (NUL first) removed, lone surrogates (JSON may
-    carry them, UTF-8 may not) replaced."""
-    text = text.translate(_CONTROLS)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
-
-
 def result_text(result: types.CallToolResult) -> str:
-    """Text content, cleaned (`clean_text`); other content summarised (the model sees words, not
-    bytes)."""
-    return clean_text(_raw_text(result))
+    """Text content, cleaned (`domain.mcp.cleaned_text`); other content summarised (the model
+    sees words, not bytes)."""
+    return cleaned_text(_raw_text(result))
 
 
 def _raw_text(result: types.CallToolResult) -> str:
