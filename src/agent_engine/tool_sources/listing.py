@@ -7,7 +7,8 @@ should pay neither. So the listing runs in `python -m agent_engine.tool_sources.
 
 - the request (URL, credential, seconds) goes in on stdin as JSON -- never argv, which other
   users of the machine can read;
-- the child limits its own address space (`LISTING_MEMORY_BYTES`) before it connects;
+- the child limits its own address space (`LISTING_MEMORY_BYTES`) and lowers its CPU priority
+  (`LISTING_NICENESS`) before it connects;
 - the parent kills it when it has not answered within the sync's seconds plus
   `LISTING_STARTUP_SECONDS`, and reads at most `MAX_LISTING_OUTPUT_BYTES` of its answer (the tools
   as JSON) -- the parent's cost is one bounded JSON document, however the server behaved.
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import resource
 import sys
 from typing import Any
@@ -43,6 +45,9 @@ LISTING_MEMORY_BYTES = 512 * 2**20
 LISTING_STARTUP_SECONDS = 15.0
 # The child's answer: the tools re-serialised (escapes may grow a listing's text, never 4-fold).
 MAX_LISTING_OUTPUT_BYTES = 4 * MAX_LISTING_BYTES
+# The child's scheduling priority below its parent's (starting it and parsing a listing cost about
+# a second of CPU, which on a small machine the runs' steps would otherwise wait for).
+LISTING_NICENESS = 10
 MAX_REQUEST_BYTES = 64_000
 MAX_STDERR_BYTES = 16_000
 READ_CHUNK_BYTES = 64 * 1024
@@ -136,6 +141,8 @@ def _tool_of(item: dict[str, Any]) -> RemoteTool:
 def _child() -> int:
     """The child's side: a request on stdin, the tools (or an error) on stdout."""
     resource.setrlimit(resource.RLIMIT_AS, (LISTING_MEMORY_BYTES, LISTING_MEMORY_BYTES))
+    # Behind the runs on the CPU: a sync may wait, an owner's step should not.
+    os.nice(LISTING_NICENESS)
     request = json.loads(sys.stdin.buffer.read(MAX_REQUEST_BYTES))
     answer: dict[str, Any]
     try:
