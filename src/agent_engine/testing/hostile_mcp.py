@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent_engine.server_thread import ServerThread
+from agent_engine.testing.mcp_tickets import RecordedCall
 
 CHUNK_BYTES = 64 * 1024
 # The write tool every preset keeps (so a run has something to call).
@@ -55,14 +56,6 @@ class Delivery(StrEnum):
     JSON = "json"  # application/json with a Content-Length (what a well-behaved server does)
     CHUNKED = "chunked"  # application/json, chunked: no Content-Length
     SSE = "sse"  # text/event-stream, the answer in one `message` event
-
-
-@dataclass(frozen=True)
-class RecordedCall:
-    name: str
-    arguments: dict[str, Any]
-    meta: dict[str, Any]
-    authorization: str | None
 
 
 @dataclass
