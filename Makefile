@@ -25,16 +25,16 @@ UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --un
 	--python-version 3.11 --custom-compile-command "make lock"
 lock: $(STAMP)
 	$(UV_COMPILE) -o requirements/app.txt
-	$(UV_COMPILE) --extra dev --extra embedded -o requirements/dev.txt
+	$(UV_COMPILE) --extra dev --extra embedded --extra docs -o requirements/dev.txt
 
 lock-upgrade: $(STAMP)
 	$(UV_COMPILE) --upgrade -o requirements/app.txt
-	$(UV_COMPILE) --upgrade --extra dev --extra embedded -o requirements/dev.txt
+	$(UV_COMPILE) --upgrade --extra dev --extra embedded --extra docs -o requirements/dev.txt
 
 ## Fails when pyproject.toml asks for something the lock files do not give (run `make lock`).
 lock-check: $(STAMP)
 	@tmp=$$(mktemp -d) && cp requirements/app.txt requirements/dev.txt $$tmp/ \
-	  && $(UV_COMPILE) -o $$tmp/app.txt && $(UV_COMPILE) --extra dev --extra embedded -o $$tmp/dev.txt \
+	  && $(UV_COMPILE) -o $$tmp/app.txt && $(UV_COMPILE) --extra dev --extra embedded --extra docs -o $$tmp/dev.txt \
 	  && diff -u requirements/app.txt $$tmp/app.txt && diff -u requirements/dev.txt $$tmp/dev.txt \
 	  && echo "lock files are up to date" \
 	  || { echo "requirements/*.txt are stale: run 'make lock' and commit them"; exit 1; }
@@ -42,6 +42,13 @@ lock-check: $(STAMP)
 ## Known vulnerabilities in the locked versions (pip-audit; needs the PyPI JSON API or OSV).
 audit: $(STAMP)
 	$(BIN)/python .ci/audit.py requirements/app.txt requirements/dev.txt
+
+## The documentation site: served with live reload, or built strictly (what CI does) into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
+
+docs-build: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 ## The software bill of materials of the locked app (CycloneDX JSON); the image carries its own.
 sbom: $(STAMP)

@@ -137,10 +137,13 @@ def test_the_issues_document_is_over_the_default_limit(schema: GraphQLSchema) ->
 
 
 def _readme_documents() -> list[str]:
-    """Every GraphQL document in the README (its tour included) and the GraphiQL start page."""
+    """Every GraphQL document in the README and the docs (the tour included) and the GraphiQL start
+    page."""
     documents = []
-    for block in re.findall(r"```graphql\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
-        documents += [part for part in re.split(r"^#.*$", block, flags=re.M) if part.strip()]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        for block in re.findall(r"```graphql\n(.*?)```", page.read_text(), re.S):
+            documents += [part for part in re.split(r"^#.*$", block, flags=re.M) if part.strip()]
     page = (ROOT / "src/agent_engine/api/static/graphiql.html").read_text()
     documents += re.findall(r"^(query Me \{.*?^\})", page, re.S | re.M)
     return documents
