@@ -73,24 +73,27 @@ def graphql_sdl() -> str:
 def bench_table() -> str:
     path = DOCS / "benchmarks" / "latest.json"
     if not path.exists():
-        raise PluginError(f"{path.relative_to(ROOT)} is missing: run the quick benchmark with --json")
+        missing = path.relative_to(ROOT)
+        raise PluginError(f"{missing} is missing: run the quick benchmark with --json")
     report = json.loads(path.read_text())
     meta = report.get("meta", {})
     out = [
-        f"Run of {str(meta.get('started_at', '?'))[:10]} (`{meta.get('command', '?')}`), {meta.get('mode', '?')} mode, "
-        f"{meta.get('cpus', '?')} CPUs ({path.relative_to(ROOT)}).",
+        f"Run of {str(meta.get('started_at', '?'))[:10]} (`{meta.get('command', '?')}`), "
+        f"{meta.get('mode', '?')} mode, {meta.get('cpus', '?')} CPUs ({path.relative_to(ROOT)}).",
         "",
         "| scenario | row | value | baseline | ratio | target | ok |",
         "|---|---|---|---|---|---|---|",
     ]
     for scenario in report["scenarios"]:
         if scenario.get("error"):
-            out.append(f"| {scenario['name']} | **failed**: {_cell(scenario['error'])} | | | | | ✗ |")
+            error = _cell(scenario["error"])
+            out.append(f"| {scenario['name']} | **failed**: {error} | | | | | ✗ |")
         for row in scenario["rows"]:
             value = row["value"]
             shown = f"{value:,.2f}" if isinstance(value, float) else str(value)
             baseline = row.get("baseline")
-            base = "" if baseline is None else f"{baseline:,.2f} ({_cell(row.get('baseline_label') or '')})"
+            label = _cell(row.get("baseline_label") or "")
+            base = "" if baseline is None else f"{baseline:,.2f} ({label})"
             ratio = "" if row.get("ratio") is None else f"{row['ratio']:.2f}"
             ok = {True: "✓", False: "✗"}.get(row.get("ok"), "")
             out.append(
