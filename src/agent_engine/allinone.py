@@ -13,6 +13,7 @@ import ctypes
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,9 +57,9 @@ def run_all(
     worker_threads: int,
     seed: bool = True,
 ) -> None:
-    # Human-readable on a terminal, JSON when the output goes to a file or a collector; the
-    # children log the same way (they would default to JSON on their own).
-    log_format = configure_logging(settings, interactive=sys.stdout.isatty())
+    # Human-readable (a person started it) unless AGENT_ENGINE_LOG_FORMAT=json; the children log
+    # the same way (they would default to JSON on their own).
+    log_format = configure_logging(settings, interactive=True)
     data_dir = data_dir.resolve()
     servers = EmbeddedServers(
         data_dir, database_url=settings.database_url, redis_url=settings.redis_url
@@ -110,6 +111,10 @@ def run_all(
             )
         base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         _wait_ready(base, children)
+        # Ready means our api answered: had another process taken the port meanwhile, ours
+        # would have exited by now.
+        if (serve := children[0]).poll() is not None:
+            raise SystemExit(f"agent-engine: the api exited with {serve.returncode}")
         tokens = {
             "owner": mint_token(
                 secret,
@@ -138,6 +143,19 @@ def run_all(
             tickets.stop()
         servers.stop()
         print("agent-engine: stopped; data kept in", data_dir, flush=True)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (checked before anything starts, so a
+    busy port is one clear line instead of a banner followed by the api's bind error)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def _die_with_parent() -> None:

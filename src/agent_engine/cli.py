@@ -122,7 +122,15 @@ def run(
     ):
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
-    from agent_engine.allinone import run_all
+    from agent_engine.allinone import port_in_use, run_all
+
+    if port_in_use(host, port):
+        typer.echo(
+            f"agent-engine run: port {port} on {host} is in use (another `agent-engine run`?);"
+            " choose another with --port",
+            err=True,
+        )
+        raise typer.Exit(2)
 
     run_all(
         settings,

@@ -181,7 +181,7 @@ class Settings(BaseSettings):
 
     log_format: str = Field(
         default="auto",
-        description="json | console | auto (console for `run` on a terminal, else JSON)",
+        description="json | console | auto (console for `run`, JSON for serve/worker/clock)",
     )
     log_level: str = Field(default="INFO")
 

@@ -14,6 +14,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,31 @@ def data_dir() -> Iterator[Path]:
 
 
 @pytest.mark.slow
+def test_run_on_a_busy_port_says_so_in_one_line_and_starts_nothing(data_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_ENGINE_")}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "agent_engine.cli", "run", "--port", str(port)]
+        done = subprocess.run(
+            [*argv, "--data-dir", str(data_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"agent-engine run: port {port} on 127.0.0.1 is in use (another `agent-engine run`?);"
+        " choose another with --port"
+    ]
+    assert "Agent Engine is running" not in done.stdout
+    assert not data_dir.exists()
+
+
+@pytest.mark.slow
 def test_run_on_a_terminal_prints_readable_logs_and_links_the_dashboard(data_dir: Path) -> None:
     env = {
         k: v
@@ -144,6 +170,8 @@ def test_run_on_a_terminal_prints_readable_logs_and_links_the_dashboard(data_dir
         # The banner may reach the terminal in pieces: read to the end of its dashboard line.
         output = run.read_until(r"Agent Engine is running\.\s+Dashboard: [^\n]*\n", within=180)
         assert f"Dashboard: http://127.0.0.1:{port}/dashboard" in output
+        # Libraries' chatter stays out of a person's console (Alembic's steps, uvicorn's start).
+        assert "Running upgrade" not in output and "Uvicorn running" not in output, output
         # The children log readable lines too (they would default to JSON on their own).
         run.read_until(r"clock started[^\n]*\n", within=60)
         output = run.read_until(r"worker started[^\n]*\n", within=60)

