@@ -77,13 +77,17 @@ $(NODE_OIDC): tests/e2e/oidc/package-lock.json
 run: $(STAMP)
 	$(BIN)/agent-engine run
 
-## The whole suite (unit, integration, e2e) on embedded servers unless DATABASE_URL/REDIS_URL.
+## The whole suite (unit, integration, e2e) on embedded servers unless DATABASE_URL/REDIS_URL,
+## in TEST_WORKERS processes (pytest-xdist; each has its own embedded PostgreSQL and Valkey). Most
+## tests wait on processes, sockets and slow fake models rather than compute, so more workers
+## than cores pays: 4 on 2 cores. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
 test: $(STAMP) $(NODE_AUDIT) $(NODE_OIDC)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 ## Everything but the long end-to-end scenarios.
 test-fast: $(STAMP) $(NODE_AUDIT) $(NODE_OIDC)
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -137,7 +137,18 @@ async def database_url(servers: Servers) -> AsyncIterator[str]:
         await conn.close()
 
 
-_redis_numbers = itertools.cycle(range(1, 16))
+def _redis_databases() -> range:
+    """Logical Redis databases 1-15 for this test process. Under pytest-xdist with one shared
+    server (REDIS_URL), each worker takes every n-th one, so no two workers flush each other's;
+    with the embedded servers each worker has a Valkey of its own and takes them all."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    if workers > 1 and os.environ.get("REDIS_URL"):
+        return range(1 + worker, 16, workers)
+    return range(1, 16)
+
+
+_redis_numbers = itertools.cycle(_redis_databases())
 
 
 @pytest.fixture
