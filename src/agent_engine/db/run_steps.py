@@ -50,6 +50,8 @@ FINISH_STEP_CTE = (
 FIRST_STEP_INSERT = (
     "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
     " SELECT id, 0, 'model_call', COALESCE(model, ''), :now FROM started"
+    # A retry's carried-over steps start at 0: its worker writes its first step after them.
+    " ON CONFLICT (run_id, index) DO NOTHING"
 )
 
 # `FINISH_STEP_CTE`'s parameters when no step end is waiting (index -1 matches no step).
@@ -76,6 +78,8 @@ class StepRow:
     completion_tokens: int | None
     started_at: datetime
     finished_at: datetime | None
+    # Carried over from the failed run a retry continues (e0012_runs_recover).
+    reused: bool = False
 
     @classmethod
     def from_row(cls, row: AnyRow) -> StepRow:
@@ -92,6 +96,7 @@ class StepRow:
             completion_tokens=m["completion_tokens"],
             started_at=m["started_at"],
             finished_at=m["finished_at"],
+            reused=bool(m.get("reused", False)),
         )
 
 

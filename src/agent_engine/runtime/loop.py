@@ -30,6 +30,7 @@ from agent_engine.knowledge.store import KnowledgeStore
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
+from agent_engine.runtime.prefill import Prefill
 from agent_engine.runtime.providers.base import (
     Message,
     ModelProvider,
@@ -75,6 +76,7 @@ APPROVED = "approved"
 EXPIRED = "expired"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
+REASON_TOKEN_CAP = "token_cap"
 
 
 class ToolFailed(Exception):
@@ -291,6 +293,7 @@ class Runtime:
         on_usage: Callable[[int, int], None] | None = None,
         transcript: Transcript | None = None,
         resume: Resume | None = None,
+        prefill: Prefill | None = None,
     ) -> RunOutcome:
         """Run the loop. `on_tokens` gets the running total after each model call, `on_usage`
         the running (prompt, completion) split. `deadline` (event-loop time) is the run's
@@ -299,7 +302,8 @@ class Runtime:
 
         A WRITE call the owner has not auto-approved ends this call PARKED, with the checkpoint
         to resume from (`RunOutcome.parked`); `resume` continues a parked run from it once the
-        owner decided (or the approval expired)."""
+        owner decided (or the approval expired). `prefill` starts a retry run from the failed
+        run's conversation (`runtime.prefill`): its model calls are not made again."""
         record = transcript if transcript is not None else no_transcript()
         loop = _LoopState()
 
@@ -341,6 +345,8 @@ class Runtime:
             first = 1
             if resume is None:
                 loop.messages = self._opening(ctx, now)
+                if prefill is not None:
+                    first = _prefilled(loop, prefill)
             else:
                 loop.restore(resume.checkpoint)
                 report()
@@ -392,6 +398,9 @@ class Runtime:
                 report()
                 if reply.content and reply.content.strip():
                     loop.texts.append(reply.content.strip())
+                over = _over_token_cap(ctx, loop)
+                if over is not None:
+                    return failed(REASON_TOKEN_CAP, over)
                 if not reply.tool_calls:
                     output = truncate(reply.content or "", self._max_output_chars)
                     return RunOutcome(
@@ -591,6 +600,26 @@ class Runtime:
                 call.name, f"{type(exc).__name__} (details in the worker log)"
             ) from exc
         return truncate(str(result), self._max_tool_result_chars), None
+
+
+def _prefilled(loop: _LoopState, prefill: Prefill) -> int:
+    """Start from a retried run's conversation; returns the first model call still to make."""
+    loop.messages.extend(prefill.messages)
+    loop.texts.extend(prefill.texts)
+    loop.iteration = prefill.iterations
+    return prefill.iterations + 1
+
+
+def _over_token_cap(ctx: RunContext, loop: _LoopState) -> str | None:
+    """After a model call: why the run stops when its tokens passed the agent's cap per run
+    (its own calls only: a retry's reused steps do not count), else None."""
+    cap = ctx.max_tokens_per_run
+    if cap is None or loop.tokens <= cap:
+        return None
+    return (
+        f"the run used {loop.tokens} tokens, past its agent's cap of {cap} tokens per run"
+        " (maxTokensPerRun); it stopped after the model call that passed it"
+    )
 
 
 def _model_error(model: ModelSpec, exc: Exception) -> str:
