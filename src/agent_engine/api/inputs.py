@@ -84,6 +84,13 @@ class AgentModelInput:
         default=strawberry.UNSET, description="Absent: unchanged. Explicit null: not priced."
     )
     output_price_per_million: DecimalText | None = strawberry.UNSET
+    fallback_model_id: strawberry.ID | None = strawberry.field(
+        default=strawberry.UNSET,
+        description=(
+            "Absent: unchanged. Explicit null: none. Must be another model of the allowed list; a"
+            " chain that comes back to this model is BAD_USER_INPUT."
+        ),
+    )
 
 
 @strawberry.input

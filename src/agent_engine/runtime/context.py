@@ -26,6 +26,8 @@ class ModelSpec:
     api_key_env: str | None
     # The admin's name for it (`agent_models.name`): what owners read in errors, never the URL.
     name: str | None = None
+    # Its `agent_models` row (set on the models of a fallback chain; None when not known).
+    id: int | None = None
 
     @property
     def label(self) -> str:

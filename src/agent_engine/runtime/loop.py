@@ -30,6 +30,12 @@ from agent_engine.knowledge.store import KnowledgeStore
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
+from agent_engine.runtime.fallback import (
+    DEFAULT_BREAKER_OPEN_SECONDS,
+    DEFAULT_RATE_LIMIT_WAIT_SECONDS,
+    ChainFailed,
+    Fallbacks,
+)
 from agent_engine.runtime.prefill import Prefill
 from agent_engine.runtime.providers.base import (
     Message,
@@ -192,11 +198,15 @@ class Runtime:
         tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
         model_concurrency: int = 1,
         credentials: CredentialGuard | None = None,
+        breaker_open_seconds: float = DEFAULT_BREAKER_OPEN_SECONDS,
+        rate_limit_wait_seconds: float = DEFAULT_RATE_LIMIT_WAIT_SECONDS,
     ) -> None:
         """`model_concurrency`: how many model calls this runtime may have in flight at once
         (a worker's in-flight limit); providers size their connection pools by it.
         `credentials` checks a model's key variable before every call (default: the rule with
-        no allow-list, the delivery targets read from `engine`)."""
+        no allow-list, the delivery targets read from `engine`). `breaker_open_seconds`: how long
+        a model that was down is skipped for its fallback; `rate_limit_wait_seconds`: how long a
+        model with a fallback waits out rate limits (runtime/fallback.py)."""
         self._engine = engine
         self.credentials = credentials or CredentialGuard(engine)
         self._knowledge: KnowledgeStore = knowledge or PostgresKnowledgeStore(engine)
@@ -205,6 +215,11 @@ class Runtime:
         self._max_tool_result_chars = max_tool_result_chars
         self._tool_timeout_seconds = tool_timeout_seconds
         self._model_concurrency = model_concurrency
+        self.fallbacks = Fallbacks(
+            engine,
+            breaker_open_seconds=breaker_open_seconds,
+            rate_limit_wait_seconds=rate_limit_wait_seconds,
+        )
         # (base_url, api_key_env) -> (api key it was made with, provider)
         self._openai: dict[tuple[str | None, str | None], tuple[str, OpenAIProvider]] = {}
         self._retired: list[OpenAIProvider] = []
@@ -329,7 +344,7 @@ class Runtime:
                 on_usage(loop.prompt_tokens, loop.completion_tokens)
 
         try:
-            provider = await self._provider(ctx.model)
+            await self._provider(ctx.model)  # an unknown provider fails the run before its start
             tools = self.toolset(ctx)
             schemas = [spec.openai_schema() for spec in tools.values()]
             tool_ctx = ToolCallContext(
@@ -374,15 +389,17 @@ class Runtime:
                 )
                 step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
-                    # Before every send: a key variable the rule refuses never leaves.
-                    await self.credentials.check(ctx.model.api_key_env, what=ctx.model.label)
-                    reply = await provider.complete(request)
+                    # The run's model, or the next of its chain when it is down (fallback.py).
+                    answer = await self.fallbacks.complete(
+                        ctx, request, provider_for=self._provider, credentials=self.credentials
+                    )
                 except (ProviderError, CredentialRefused) as exc:
                     refused = _model_error(ctx.model, exc)
                     await record.step_finished(
                         step, StepEnd(error=truncate(refused, MAX_ERROR_CHARS))
                     )
                     return failed(REASON_ERROR, refused)
+                reply = answer.reply
                 loop.tokens += max(reply.tokens_used, 0)
                 prompt, completion = usage_split(reply)
                 loop.prompt_tokens += prompt
@@ -393,6 +410,7 @@ class Runtime:
                         output=step_output(reply.content or ""),
                         prompt_tokens=prompt,
                         completion_tokens=completion,
+                        fallback=answer.fallback,
                     ),
                 )
                 report()
@@ -627,6 +645,8 @@ def _model_error(model: ModelSpec, exc: Exception) -> str:
     holds no URL, host or reply body; those went to the worker log)."""
     if isinstance(exc, CredentialRefused):
         return str(exc)
+    if isinstance(exc, ChainFailed):  # a fallback model failed last
+        return f"{exc.model.label} failed: {exc}"
     return f"{model.label} failed: {exc}"
 
 

@@ -505,6 +505,12 @@ class RunStep:
     completion_tokens: int | None
     started_at: datetime
     finished_at: datetime | None
+    fallback: bool = strawberry.field(
+        default=False,
+        description=(
+            "MODEL_CALL: true when a fallback model answered (name is the model that answered)."
+        ),
+    )
     reused: bool = strawberry.field(
         default=False,
         description=(
@@ -529,6 +535,7 @@ class RunStep:
             completion_tokens=row.completion_tokens,
             started_at=row.started_at,
             finished_at=row.finished_at,
+            fallback=row.fallback,
             reused=row.reused,
         )
 

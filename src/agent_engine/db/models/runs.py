@@ -152,6 +152,10 @@ class AgentRunStep(Base):
     completion_tokens: Mapped[int | None] = mapped_column(BigInteger)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A model call a fallback model answered (`name` is that model's); e0011_model_fallback.
+    fallback: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    # The model that answered a fallback step (no foreign key: the run's cost is fixed at finish).
+    model_id: Mapped[int | None] = mapped_column(BigInteger)
     # A retry run's step carried over from the failed run: not made again, its tokens counted
     # nowhere (e0012_runs_recover).
     reused: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))

@@ -17,9 +17,27 @@ Message = dict[str, Any]
 CHARS_PER_TOKEN = 4
 
 
+# Why a model counts as down (a fallback model may answer instead): the `cause` label of
+# `agent_engine_model_fallbacks_total`. A request the model refused has no such cause.
+CAUSE_RATE_LIMITED = "rate_limited"  # 429 (or 503) past the wait
+CAUSE_SERVER_ERROR = "server_error"  # 5xx after the retries
+CAUSE_TIMEOUT = "timeout"
+CAUSE_UNREACHABLE = "unreachable"
+# Not a failure of the call: the model's circuit breaker is open (it was down a moment ago).
+CAUSE_BREAKER_OPEN = "breaker_open"
+
+
 class ProviderError(Exception):
     """A model call failed (HTTP error, timeout, unreachable, malformed reply). The message is
-    meant for the run journal's `error` column: what failed and where, never the API key."""
+    meant for the run journal's `error` column: what failed and where, never the API key.
+
+    `down`: the model is down (one of the `CAUSE_*` above), after the provider's own retries;
+    None when the model refused the request (4xx, refused credentials, a malformed or oversized
+    reply), which another model would not fix."""
+
+    def __init__(self, message: str, *, down: str | None = None) -> None:
+        super().__init__(message)
+        self.down = down
 
 
 @dataclass(frozen=True)
