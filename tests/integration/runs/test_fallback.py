@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.observability.metrics import database_snapshot
-from agent_engine.runs.request import request_run
+from agent_engine.runs.request import Enqueue, request_run
 from agent_engine.runtime.loop import Runtime
 from agent_engine.testing.fake_openai import (
     FakeOpenAIServer,
@@ -35,7 +35,15 @@ from agent_engine.testing.fake_openai import (
     tool_reply,
     unavailable,
 )
-from tests.integration.runs.support import FAKE_KEY_ENV, execute_run, fetch, run_row
+from agent_engine.workers.broker import enqueue_execute
+from agent_engine.workers.main import EngineWorker
+from tests.integration.runs.support import (
+    FAKE_KEY_ENV,
+    eventually,
+    execute_run,
+    fetch,
+    run_row,
+)
 from tests.support.factories import Factories
 
 BREAKER_SECONDS = 1.0
@@ -76,14 +84,16 @@ async def model(
     return int(row["id"])
 
 
-async def run_on(engine: AsyncEngine, factories: Factories, model_id: int) -> int:
+async def run_on(
+    engine: AsyncEngine, factories: Factories, model_id: int, *, enqueue: Enqueue | None = None
+) -> int:
     agent = await factories.agent(model_id=model_id)
     row = await request_run(
         engine,
         agent["id"],
         trigger=RunTrigger.MANUAL,
         now=datetime.now(UTC),
-        enqueue=lambda _: None,
+        enqueue=enqueue or (lambda _: None),
     )
     return row.id
 
@@ -329,3 +339,76 @@ async def test_a_model_without_fallback_is_always_tried_even_while_known_down(
     assert (await run_row(engine, run_id))["output"] == "from primary"
     assert len(fake_openai.requests_for("backup")) == 1  # the first run's only
     assert await steps(engine, run_id) == [("model_call", "primary", False)]
+
+
+async def test_fifty_runs_fall_back_under_the_models_limits(
+    engine: AsyncEngine,
+    fake_openai: FakeOpenAIServer,
+    factories: Factories,
+    worker: EngineWorker,
+) -> None:
+    """50 runs of a primary limited to 5 whose endpoint is unreachable, beside 10 runs of its
+    backup limited to 2: every run finishes, the primary's runs on the backup. Each limit holds
+    for the runs of its model; a fallback call is made inside its run's slot (of the primary),
+    so the backup sees at most 5 + 2 calls at once."""
+    backup = await model(factories, fake_openai, "Backup", max_concurrent_runs=2)
+    primary = await model(
+        factories,
+        fake_openai,
+        "Primary",
+        fallback=backup,
+        base_url=closed_port_url(),
+        max_concurrent_runs=5,
+    )
+    fake_openai.script(lambda body: text_reply(f"from {body['model']}", delay_seconds=0.05))
+    peaks = {primary: 0, backup: 0}
+    sampling = True
+
+    async def sample() -> None:
+        while sampling:
+            for model_id in peaks:
+                (row,) = await fetch(
+                    engine,
+                    "SELECT count(*) AS n FROM agent_runs"
+                    " WHERE model_id = :m AND state = 'running'",
+                    m=model_id,
+                )
+                peaks[model_id] = max(peaks[model_id], int(row["n"]))
+            await asyncio.sleep(0.01)
+
+    sampler = asyncio.create_task(sample())
+    primary_runs = [
+        await run_on(engine, factories, primary, enqueue=enqueue_execute) for _ in range(50)
+    ]
+    backup_runs = [
+        await run_on(engine, factories, backup, enqueue=enqueue_execute) for _ in range(10)
+    ]
+
+    async def all_finished() -> bool:
+        (row,) = await fetch(
+            engine,
+            "SELECT count(*) AS n FROM agent_runs WHERE id = ANY(:ids) AND finished_at IS NULL",
+            ids=primary_runs + backup_runs,
+        )
+        return int(row["n"]) == 0
+
+    await eventually(all_finished, within=120, what="all 60 runs to finish")
+    sampling = False
+    await sampler
+
+    rows = await fetch(
+        engine,
+        "SELECT r.id, r.state, r.output, s.name, s.fallback FROM agent_runs r"
+        " JOIN agent_run_steps s ON s.run_id = r.id WHERE r.id = ANY(:ids) ORDER BY r.id",
+        ids=primary_runs + backup_runs,
+    )
+    by_run = {r["id"]: (r["state"], r["output"], r["name"], r["fallback"]) for r in rows}
+    assert {by_run[i] for i in primary_runs} == {("succeeded", "from backup", "backup", True)}
+    assert {by_run[i] for i in backup_runs} == {("succeeded", "from backup", "backup", False)}
+    assert 1 <= peaks[primary] <= 5
+    assert 1 <= peaks[backup] <= 2
+    assert fake_openai.max_active_for("backup") <= 7
+    counts = await fallback_counts(engine)
+    assert sum(counts.values()) == 50
+    # The breaker: after the first runs found it down, the rest skipped it without trying.
+    assert counts[("Primary", "Backup", "breaker_open")] >= 40
