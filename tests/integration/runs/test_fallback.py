@@ -15,8 +15,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.demo.seed import DEMO_DOWN_MODEL_NAME, seed_demo
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.observability.metrics import database_snapshot
 from agent_engine.runs.request import Enqueue, request_run
@@ -412,3 +414,33 @@ async def test_fifty_runs_fall_back_under_the_models_limits(
     assert sum(counts.values()) == 50
     # The breaker: after the first runs found it down, the rest skipped it without trying.
     assert counts[("Primary", "Backup", "breaker_open")] >= 40
+
+
+async def test_the_demos_unreachable_model_falls_back_to_the_builtin_digest(
+    engine: AsyncEngine, runtime: Runtime
+) -> None:
+    demo = await seed_demo(engine, now=datetime.now(UTC))
+    (down,) = await fetch(
+        engine,
+        "SELECT id, fallback_model_id FROM agent_models WHERE name = :n",
+        n=DEMO_DOWN_MODEL_NAME,
+    )
+    assert down["fallback_model_id"] == demo.model_id
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE agents SET model_id = :m WHERE id = :a"),
+            {"m": down["id"], "a": demo.agent_id},
+        )
+    row = await request_run(
+        engine,
+        demo.agent_id,
+        trigger=RunTrigger.MANUAL,
+        now=datetime.now(UTC),
+        enqueue=lambda _: None,
+    )
+
+    assert await execute_run(engine, runtime, row.id) is RunState.SUCCEEDED
+
+    model_calls = [s for s in await steps(engine, row.id) if s[0] == "model_call"]
+    assert model_calls and all(s == ("model_call", "builtin-digest", True) for s in model_calls)
+    assert (await run_row(engine, row.id))["output"]
