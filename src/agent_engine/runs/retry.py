@@ -80,11 +80,13 @@ class Failed:
     reason: str | None
 
 
+# Locked: retries of one run wait for each other, so the later one sees the earlier one's retry
+# (read by `_RETRIED` after the lock, in a fresh snapshot) and is a CONFLICT rather than a skip.
+# NO KEY UPDATE: the retry's own foreign key to it (KEY SHARE) does not wait for it.
 _FAILED_RUN = text(
-    "SELECT r.id, r.agent_id, r.state, r.reason,"
-    " EXISTS (SELECT 1 FROM agent_runs x WHERE x.retry_of = r.id) AS retried"
-    " FROM agent_runs r WHERE r.id = :id"
+    "SELECT id, agent_id, state, reason FROM agent_runs WHERE id = :id FOR NO KEY UPDATE"
 )
+_RETRIED = text("SELECT EXISTS (SELECT 1 FROM agent_runs WHERE retry_of = :id)")
 # The approvals of the failed run's WRITE calls: whether each call was ever made (or may have been).
 _CALLS_MADE = text(
     "SELECT step_index, call_started_at IS NOT NULL AS started FROM tool_approvals"
@@ -145,7 +147,7 @@ async def _request(conn: AsyncConnection, run_id: int, *, now: datetime) -> runs
     if found is None:
         raise LookupError(run_id)
     check_retryable(run_id, found.state, found.reason)
-    if found.retried:
+    if (await conn.execute(_RETRIED, {"id": run_id})).scalar_one():
         raise AlreadyRetried(run_id)
     agent_id = int(found.agent_id)
     gate = _refuse_closed_gate(
