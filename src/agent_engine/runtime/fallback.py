@@ -11,16 +11,21 @@ While a model has a next one, its 429 wait is bounded by `rate_limit_wait_second
 run's whole wall clock): past it, the fallback answers. A model without a next one waits as it
 always did.
 
-The breaker (one per worker process, shared by all its runs): a model that was down is *open*
-for `open_seconds` — calls skip it for the next model of their chain without trying it, so a
-model in an outage costs each step nothing. Then it is *half-open*: one call tries it (the
-others keep skipping it meanwhile); an answer closes it, another failure opens it again. The
-breaker only chooses between models: a model with no next one is always tried.
+The breaker (one per worker process, shared by all its runs): a model that was down (a call
+gave up on it, or `OPEN_AFTER_FAILED_ATTEMPTS` attempts in a row failed as down, whichever calls
+made them) is *open* for `open_seconds`: calls skip it for the next model of their chain without
+trying it, so a model in an outage costs each step nothing. Then it is *half-open*: one call
+tries it (the others keep skipping it meanwhile); an answer closes it, another failure opens it
+again. The breaker only chooses between models: a model with no next one is always tried. Calls
+of a model with a next one that are between retries when its breaker opens stop retrying and go
+on to the next model at once (`ModelRequest.give_up`), so an outage does not hold every run in
+flight for the whole retry schedule.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +51,8 @@ log = logging.getLogger(__name__)
 DEFAULT_BREAKER_OPEN_SECONDS = 30.0
 # How long a model with a fallback waits out 429/503 before its fallback answers.
 DEFAULT_RATE_LIMIT_WAIT_SECONDS = 20.0
+# Failed attempts in a row (of any calls of the worker) that open a model's breaker.
+OPEN_AFTER_FAILED_ATTEMPTS = 5
 # How long a worker keeps a model's chain before reading it again (an admin's change is seen
 # by every worker within this time).
 CHAIN_TTL_SECONDS = 10.0
@@ -71,6 +78,7 @@ class ModelBreaker:
         self.open_seconds = open_seconds
         self._open_until: dict[ModelKey, float] = {}
         self._probing: dict[ModelKey, float] = {}
+        self._streak: dict[ModelKey, int] = {}
 
     def allows(self, key: ModelKey, *, now: float | None = None) -> bool:
         """May a call try this model now? Closed: yes. Open: no. Half-open: the first caller
@@ -90,7 +98,20 @@ class ModelBreaker:
     def is_open(self, key: ModelKey) -> bool:
         return key in self._open_until
 
+    def attempt_failed(self, key: ModelKey, *, now: float | None = None) -> bool:
+        """One attempt failed as down (the call may retry): True when the model is known down
+        (its breaker open, now or already), so the call should stop retrying."""
+        streak = self._streak.get(key, 0) + 1
+        self._streak[key] = streak
+        if key in self._open_until:
+            return True
+        if streak >= OPEN_AFTER_FAILED_ATTEMPTS:
+            self.failed(key, now=now)
+            return True
+        return False
+
     def succeeded(self, key: ModelKey) -> None:
+        self._streak.pop(key, None)
         if self._open_until.pop(key, None) is not None:
             log.info("model %s answers again: its circuit breaker closed", key[2])
         self._probing.pop(key, None)
@@ -220,6 +241,7 @@ class Fallbacks:
                     tools=request.tools,
                     owner_prompt=request.owner_prompt,
                     deadline=deadline,
+                    give_up=functools.partial(self.breaker.attempt_failed, key),
                 )
             elif position > 0:
                 sent = ModelRequest(
@@ -247,7 +269,8 @@ class Fallbacks:
                     FallbackHop(model_label(model), model_label(models[position + 1]), exc.down)
                 )
                 passed.append(f"{_quoted(model)} {exc}")
-                log.warning(
+                # The provider logged the failure (a warning, with its details).
+                log.info(
                     "run %s: model %s is down (%s); sending the call to %s",
                     ctx.run_id,
                     model_label(model),

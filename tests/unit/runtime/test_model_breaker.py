@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_engine.runtime.fallback import ModelBreaker
+from agent_engine.runtime.fallback import OPEN_AFTER_FAILED_ATTEMPTS, ModelBreaker
 
 KEY = ("openai", "http://a.example/v1", "gpt", None)
 OTHER = ("openai", "http://b.example/v1", "gpt", None)
@@ -37,3 +37,15 @@ def test_a_failed_probe_opens_it_again_and_a_lost_probe_is_replaced() -> None:
     assert breaker.allows(KEY, now=62.5)  # probe, never reports back
     assert not breaker.allows(KEY, now=80)
     assert breaker.allows(KEY, now=93)  # replaced after the open time
+
+
+def test_failed_attempts_in_a_row_open_it_and_an_answer_resets_the_count() -> None:
+    breaker = ModelBreaker(open_seconds=30)
+    for _ in range(OPEN_AFTER_FAILED_ATTEMPTS - 1):
+        assert not breaker.attempt_failed(KEY, now=0)  # keep retrying
+    breaker.succeeded(KEY)
+    for _ in range(OPEN_AFTER_FAILED_ATTEMPTS - 1):
+        assert not breaker.attempt_failed(KEY, now=1)
+    assert breaker.attempt_failed(KEY, now=1)  # the fifth in a row: known down, stop retrying
+    assert not breaker.allows(KEY, now=2)
+    assert breaker.attempt_failed(KEY, now=2)  # already open

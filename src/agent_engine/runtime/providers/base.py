@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +59,9 @@ class ModelRequest:
     # The run's wall-clock deadline (event-loop time, `loop.time()`): waiting out a rate limit
     # beyond it is pointless. None = the provider's own patience.
     deadline: float | None = None
+    # Called after each attempt that failed as "down" (`ProviderError.down`) and would be
+    # retried: True = stop retrying and raise now (a fallback answers; runtime/fallback.py).
+    give_up: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

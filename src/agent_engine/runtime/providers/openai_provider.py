@@ -210,6 +210,10 @@ class OpenAIProvider:
                 if not retryable:
                     self._log_failure(exc, request, attempts=attempt + 1)
                     raise failure from exc
+                if down is not None and request.give_up is not None and request.give_up():
+                    # Known down meanwhile (other calls failed too): its fallback answers now.
+                    self._log_failure(exc, request, attempts=attempt + 1)
+                    raise failure from exc
                 attempt += 1
                 transient_retries += 0 if rate_limited else 1
                 wait = _wait_seconds(exc, attempt, self._rng)
