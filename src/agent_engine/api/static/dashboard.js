@@ -210,7 +210,14 @@
   const state = {
     token: null,
     viewer: null,
-    features: { forecast: false, adminSpend: false, approvals: false, caps: false, retry: false },
+    features: {
+      forecast: false,
+      adminSpend: false,
+      approvals: false,
+      caps: false,
+      retry: false,
+      fallback: false,
+    },
     agents: new Map(), // id → agent
     feed: new Map(), // run id → { run, node }
     socket: null,
@@ -222,6 +229,7 @@
     budget: __type(name: "Budget") { fields { name } }
     agent: __type(name: "Agent") { fields { name } }
     run: __type(name: "Run") { fields { name } }
+    runStep: __type(name: "RunStep") { fields { name } }
   }`;
 
   const VIEWER_QUERY = `query DashboardViewer {
@@ -236,6 +244,8 @@
       : "";
     const waiting = state.features.approvals ? "pendingApproval { id }" : "";
     const caps = state.features.caps ? "usedTokensThisWeek weeklyTokenCap maxTokensPerRun" : "";
+    // Which model answered each model call of the last run (a fallback's steps are marked).
+    const fallbackSteps = state.features.fallback ? "steps { kind name fallback }" : "";
     const approvals = state.features.approvals
       ? `approvals: toolApprovals(first: 50, status: PENDING) {
           edges { node { id input expiresAt tool { name } run { id }
@@ -247,7 +257,7 @@
         agents {
           id name status nextRunAt adminPauseNote ${caps}
           activeRun { ${RUN_FIELDS} ${waiting} }
-          lastRun { ${RUN_FIELDS} }
+          lastRun { ${RUN_FIELDS} ${fallbackSteps} }
         }
         budget { usedTokens capTokens remainingTokens exceeded windowStart windowEnd ${forecast} }
       }
@@ -317,6 +327,7 @@
       state.features.approvals = hasField(features.query, "toolApprovals");
       state.features.caps = hasField(features.agent, "usedTokensThisWeek");
       state.features.retry = hasField(features.run, "retryOf");
+      state.features.fallback = hasField(features.runStep, "fallback");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -549,7 +560,14 @@
         ),
         el("td", {}, pill(agent.status)),
         el("td", {}, agent.nextRunAt ? when(agent.nextRunAt) : "–"),
-        el("td", {}, last ? pill(last.state) : "–", " ", last ? when(last.finishedAt || last.createdAt) : ""),
+        el(
+          "td",
+          {},
+          last ? pill(last.state) : "–",
+          " ",
+          last ? when(last.finishedAt || last.createdAt) : "",
+          fallbackNote(last),
+        ),
         el(
           "td",
           {},
@@ -573,6 +591,20 @@
     });
     replaceRows($("#agents tbody"), rows);
     $("#agents-empty").hidden = agents.length > 0;
+  }
+
+  // The model calls of a run that a fallback model answered (its model was down).
+  function fallbackNote(run) {
+    if (!run || !run.steps) return null;
+    const answered = run.steps.filter((step) => step.kind === "MODEL_CALL" && step.fallback);
+    if (answered.length === 0) return null;
+    const models = [...new Set(answered.map((step) => step.name))].join(", ");
+    const calls = answered.length === 1 ? "1 model call" : `${answered.length} model calls`;
+    return el("span", {
+      class: "note",
+      "data-fallback": "true",
+      text: `${calls} answered by the fallback ${models} (its model was down)`,
+    });
   }
 
   // The agent's own caps: its tokens this budget week against its weekly cap, its cap per run.
