@@ -119,3 +119,21 @@ async def test_two_writers_closing_a_loop_from_both_ends_cannot_both_win(
             (await conn.execute(text("SELECT id, fallback_model_id FROM agent_models"))).all()
         )
     assert rows == {a: b, b: None}
+
+
+async def test_a_changed_fallback_is_audited(api: Api) -> None:
+    backup = await upsert(api, name="Backup")
+    primary = await upsert(api, name="Primary")
+    await upsert(api, id=primary["id"], name="Primary", fallbackModelId=backup["id"])
+    await upsert(api, id=primary["id"], name="Primary")  # absent: unchanged, nothing to audit
+    log = await api.data(
+        "{ adminAuditLog(first: 10) { edges { node { action details } } } }",
+        None,
+        as_user=ADMIN,
+        admin=True,
+    )
+    entries = [e["node"] for e in log["adminAuditLog"]["edges"]]
+    assert [e["action"] for e in entries] == ["model.upserted"] * 4
+    unchanged, changed = entries[0], entries[1]
+    assert changed["details"]["changes"] == {"fallbackModelId": {"old": None, "new": backup["id"]}}
+    assert unchanged["details"]["changes"] == {}

@@ -102,6 +102,12 @@ class AdminMutation:
             problem := admin_rules.max_concurrent_runs_problem(limit)
         ):
             raise BadUserInput("input.maxConcurrentRuns", problem)
+        fallback_id = (
+            parse_id(input.fallback_model_id, FALLBACK_FIELD)
+            if input.fallback_model_id is not None
+            and input.fallback_model_id is not strawberry.UNSET
+            else None
+        )
         draft = admin_service.ModelDraft(
             name=checked_text("input.name", input.name, MODEL_FIELD_MAX_CHARS),
             provider=input.provider,
@@ -111,6 +117,8 @@ class AdminMutation:
             is_default=input.is_default,
             max_concurrent_runs=None if limit is strawberry.UNSET else limit,
             keep_max_concurrent_runs=limit is strawberry.UNSET,
+            fallback_model_id=fallback_id,
+            keep_fallback=input.fallback_model_id is strawberry.UNSET,
         )
         prices = price_changes(input)
         async with transaction(info) as conn:
@@ -122,7 +130,7 @@ class AdminMutation:
             saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
             await admin_service.set_model_prices(conn, saved.id, prices)
             if input.fallback_model_id is not strawberry.UNSET:
-                await _set_fallback(conn, saved.id, input.fallback_model_id)
+                await _set_fallback(conn, saved.id, fallback_id)
             row = await catalog.fetch_model(conn, saved.id)
             if row is None:  # saved in this transaction: it cannot be gone
                 raise Missing("model", saved.id)
@@ -172,15 +180,14 @@ class AdminMutation:
 FALLBACK_FIELD = "input.fallbackModelId"
 
 
-async def _set_fallback(conn: AsyncConnection, model_id: int, value: strawberry.ID | None) -> None:
+async def _set_fallback(conn: AsyncConnection, model_id: int, fallback_id: int | None) -> None:
     """The model's fallback, in the upsert's transaction: another model of the list (key-share
     locked, so it cannot be removed before the commit), never one whose chain comes back to this
     model — the database's trigger decides that under its lock, so two admins closing a loop
     from both ends at once cannot both succeed."""
-    if value is None:
+    if fallback_id is None:
         await catalog.set_model_fallback(conn, model_id, None)
         return
-    fallback_id = parse_id(value, FALLBACK_FIELD)
     if fallback_id == model_id:
         raise BadUserInput(FALLBACK_FIELD, "must be another model than this one")
     if not await catalog.share_model(conn, fallback_id):
