@@ -175,10 +175,16 @@ class Fallbacks:
         future: asyncio.Future[tuple[ModelSpec, ...]] = asyncio.get_running_loop().create_future()
         self._reads[ctx.model] = future
         try:
-            chain = await self._read_chain(ctx.run_id)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            chain = await self._read_chain(ctx)
+        except Exception:
+            # The call goes to the run's model as it would without a chain; read again next time.
+            log.warning(
+                "run %s: could not read its model's fallback chain", ctx.run_id, exc_info=True
+            )
+            future.set_result(())
+            return ()
+        except BaseException:  # this run was cancelled: the others waiting go on without
+            future.set_result(())
             raise
         finally:
             del self._reads[ctx.model]
@@ -186,10 +192,10 @@ class Fallbacks:
         self._chains[ctx.model] = (now, chain)
         return chain
 
-    async def _read_chain(self, run_id: int) -> tuple[ModelSpec, ...]:
+    async def _read_chain(self, ctx: RunContext) -> tuple[ModelSpec, ...]:
         async with self._engine.connect() as conn:
             rows = (
-                await conn.execute(CHAIN_OF_RUN, {"run_id": run_id, "max_chain": MAX_CHAIN})
+                await conn.execute(CHAIN_OF_RUN, {"run_id": ctx.run_id, "max_chain": MAX_CHAIN})
             ).all()
         specs = tuple(
             ModelSpec(
@@ -202,6 +208,8 @@ class Fallbacks:
             )
             for row in rows
         )
+        if not specs or model_key(specs[0]) != model_key(ctx.model):
+            return ()  # the agent's model changed since the run read it: no chain of its own
         return specs[1:]
 
     async def complete(
