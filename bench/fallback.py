@@ -1,9 +1,10 @@
-"""Fallback: with the primary model down (connection refused), runs finish on its fallback.
+"""Fallback: with the primary model down (connection refused, or 503), runs finish on its fallback.
 
 One `agent-engine worker` process and `bench._fake_model` (a run = two model calls around one tool
-call the model makes). Two phases on the same warm worker, each N runs requested at once: the
+call the model makes). Three phases on the same warm worker, each N runs requested at once: the
 normal runs (their model answers), then the runs of a primary whose endpoint refuses
-connections, with the fake model as its fallback. Reported: worker CPU per run of each phase
+connections, then those of a primary answering every call 503 (a second `bench._fake_model
+--status 503`), each with the fake model as its fallback. Reported: worker CPU per run of each phase
 (the target: the fallback runs at most 1.5 x the normal runs'), how many of the fallback runs'
 model calls tried the primary at all (the circuit breaker skips a model known down: only the
 calls before it opened, and one probe per AGENT_ENGINE_MODEL_BREAKER_OPEN_SECONDS, try it), and
@@ -24,6 +25,7 @@ import asyncpg
 import psutil
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db.activity import fallback_labels
 from agent_engine.domain.runs import RunTrigger
 from agent_engine.runs.request import request_run
 from agent_engine.workers.broker import close_broker, configure_broker, enqueue_execute
@@ -40,7 +42,7 @@ from bench.common import (
     read_port_line,
 )
 
-TITLE = "Fallback: the primary model refuses connections, runs finish on its fallback"
+TITLE = "Fallback: the primary model is down (refused, 503), runs finish on its fallback"
 NAME = "fallback"
 TARGET_CPU_RATIO = 1.5
 WARM_UP_RUNS = 20
@@ -63,10 +65,13 @@ def _cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-async def seed(conn: asyncpg.Connection, *, runs: int, fake_port: int, down_port: int) -> None:
-    """Model 1 answers; model 2 (its endpoint refuses connections) falls back to model 1.
-    Agents 1..runs on model 1, runs+1..2*runs on model 2, then the warm-up agents on model 1."""
-    total = 2 * runs + WARM_UP_RUNS
+async def seed(
+    conn: asyncpg.Connection, *, runs: int, fake_port: int, down_port: int, status_port: int
+) -> None:
+    """Model 1 answers; model 2 (its endpoint refuses connections) and model 3 (503 for every
+    call) fall back to model 1. Agents 1..runs on model 1, the next runs on model 2, the next
+    on model 3, then the warm-up agents on model 1."""
+    total = 3 * runs + WARM_UP_RUNS
     await conn.execute(
         f"""
         INSERT INTO users (id, email, timezone) VALUES (1, 'o@example.com', 'UTC');
@@ -76,12 +81,15 @@ async def seed(conn: asyncpg.Connection, *, runs: int, fake_port: int, down_port
         INSERT INTO agent_models (id, name, provider, model, base_url, api_key_env,
                                   fallback_model_id)
         VALUES (2, 'Primary', 'openai', 'primary-model', 'http://127.0.0.1:{down_port}/v1',
+                '{FAKE_KEY_ENV}', 1),
+               (3, 'Primary 503', 'openai', 'primary-model', 'http://127.0.0.1:{status_port}/v1',
                 '{FAKE_KEY_ENV}', 1);
         INSERT INTO platform_settings (key, value) VALUES
             ('agent_weekly_token_cap', '1000000000000'::jsonb);
         INSERT INTO agents (id, user_id, name, prompt, model_id) OVERRIDING SYSTEM VALUE
         SELECT g, 1, 'agent ' || g, 'Summarise what changed.',
-               CASE WHEN g > {runs} AND g <= {2 * runs} THEN 2 ELSE 1 END
+               CASE WHEN g > {runs} AND g <= {2 * runs} THEN 2
+                    WHEN g > {2 * runs} AND g <= {3 * runs} THEN 3 ELSE 1 END
         FROM generate_series(1, {total}) g
         """
     )
@@ -139,12 +147,18 @@ async def run(bench: Bench) -> ScenarioResult:
 
     result = ScenarioResult(NAME, TITLE)
     runs = runs_per_phase(bench.quick)
+    fake_env = bench.env(bench.settings(bench.database_url("postgres"), bench.redis_base_url))
     fake = Process(
         python_module_command("bench._fake_model", "--tool", "no_such_tool"),
-        env=bench.env(bench.settings(bench.database_url("postgres"), bench.redis_base_url)),
+        env=fake_env,
         log_path=bench.work_dir / "fallback-fake.log",
     )
-    processes: list[Process] = [fake]
+    unavailable = Process(
+        python_module_command("bench._fake_model", "--status", "503"),
+        env=fake_env,
+        log_path=bench.work_dir / "fallback-503.log",
+    )
+    processes: list[Process] = [fake, unavailable]
     url = await bench.create_database("fallback")
     settings = bench.settings(url, bench.redis_url(), runs_in_flight=max(runs, 50))
     env = bench.env(settings)
@@ -153,7 +167,14 @@ async def run(bench: Bench) -> ScenarioResult:
     configure_broker(settings)
     try:
         fake_port = await asyncio.to_thread(read_port_line, fake)
-        await seed(conn, runs=runs, fake_port=fake_port, down_port=closed_port())
+        status_port = await asyncio.to_thread(read_port_line, unavailable)
+        await seed(
+            conn,
+            runs=runs,
+            fake_port=fake_port,
+            down_port=closed_port(),
+            status_port=status_port,
+        )
         worker = Process(
             agent_engine_command("worker", "--processes", "1", "--threads", str(WORKER_THREADS)),
             env=env,
@@ -161,12 +182,14 @@ async def run(bench: Bench) -> ScenarioResult:
         )
         processes.append(worker)
         proc = psutil.Process(worker.pid)
-        warm = list(range(2 * runs + 1, 2 * runs + WARM_UP_RUNS + 1))
+        warm = list(range(3 * runs + 1, 3 * runs + WARM_UP_RUNS + 1))
         await phase(engine, conn, proc, warm)
         with profiled(worker.pid, "fallback-normal"):
             normal = await phase(engine, conn, proc, list(range(1, runs + 1)))
-        with profiled(worker.pid, "fallback-down"):
-            down = await phase(engine, conn, proc, list(range(runs + 1, 2 * runs + 1)))
+        with profiled(worker.pid, "fallback-refused"):
+            refused = await phase(engine, conn, proc, list(range(runs + 1, 2 * runs + 1)))
+        with profiled(worker.pid, "fallback-503"):
+            status = await phase(engine, conn, proc, list(range(2 * runs + 1, 3 * runs + 1)))
         counters = {
             row["name"]: int(row["count"])
             for row in await conn.fetch(
@@ -179,37 +202,49 @@ async def run(bench: Bench) -> ScenarioResult:
         await conn.close()
         await engine.dispose()
         close_broker()
-    by_cause: dict[str, int] = {}
+    causes: dict[str, dict[str, int]] = {}
     for name, count in counters.items():
-        cause = name.rsplit("\x1f", 1)[-1]
-        by_cause[cause] = by_cause.get(cause, 0) + count
-    tried = sum(count for cause, count in by_cause.items() if cause != "breaker_open")
-    ratio = down["worker_cpu_ms_per_run"] / normal["worker_cpu_ms_per_run"]
-    all_fell_back = down["fallback_calls"] == down["model_calls"] == 2 * runs
-    result.add(
-        Row(
-            f"worker CPU per run, primary down → fallback ({runs} runs)",
-            down["worker_cpu_ms_per_run"],
-            "ms",
-            baseline=normal["worker_cpu_ms_per_run"],
-            baseline_label="normal run, same worker",
-            target=f"ratio ≤ {TARGET_CPU_RATIO}",
-            ok=ratio <= TARGET_CPU_RATIO and down["succeeded"] == runs,
-            note=f"{down['succeeded']}/{runs} succeeded on the fallback in "
-            f"{down['seconds']:.1f} s (normal: {normal['seconds']:.1f} s)",
-        ),
-        Row(
-            "model calls that tried the primary (the rest skipped it: breaker open)",
-            float(tried),
-            "calls",
-            baseline=float(down["model_calls"]),
-            baseline_label="model calls of the fallback runs",
-            target="< all (not tried on every step)",
-            ok=tried < down["model_calls"] and all_fell_back,
-            note=f"by cause: {by_cause}; every model call answered by the fallback: "
-            f"{all_fell_back}",
-        ),
-    )
-    result.details = {"normal": normal, "primary_down": down, "fallbacks_by_cause": by_cause}
+        labels = fallback_labels(name)
+        if labels is not None:
+            model, _, cause = labels
+            causes.setdefault(model, {})[cause] = count
+    for label, model, down in (
+        ("refused connections", "Primary", refused),
+        ("503 for every call", "Primary 503", status),
+    ):
+        by_cause = causes.get(model, {})
+        tried = sum(count for cause, count in by_cause.items() if cause != "breaker_open")
+        ratio = down["worker_cpu_ms_per_run"] / normal["worker_cpu_ms_per_run"]
+        all_fell_back = down["fallback_calls"] == down["model_calls"] == 2 * runs
+        result.add(
+            Row(
+                f"worker CPU per run, primary down ({label}) → fallback, {runs} runs",
+                down["worker_cpu_ms_per_run"],
+                "ms",
+                baseline=normal["worker_cpu_ms_per_run"],
+                baseline_label="normal run, same worker",
+                target=f"ratio ≤ {TARGET_CPU_RATIO}",
+                ok=ratio <= TARGET_CPU_RATIO and down["succeeded"] == runs,
+                note=f"{down['succeeded']}/{runs} succeeded on the fallback in "
+                f"{down['seconds']:.1f} s (normal: {normal['seconds']:.1f} s)",
+            ),
+            Row(
+                f"model calls that tried the primary ({label}); the rest skipped it",
+                float(tried),
+                "calls",
+                baseline=float(down["model_calls"]),
+                baseline_label="model calls of the fallback runs",
+                target="< all (breaker: not tried on every step)",
+                ok=tried < down["model_calls"] and all_fell_back,
+                note=f"by cause: {by_cause}; every model call answered by the fallback: "
+                f"{all_fell_back}",
+            ),
+        )
+    result.details = {
+        "normal": normal,
+        "primary_refused": refused,
+        "primary_503": status,
+        "fallbacks": causes,
+    }
     await bench.drop_database(url)
     return result
