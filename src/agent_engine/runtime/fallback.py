@@ -267,6 +267,8 @@ class Fallbacks:
             except ProviderError as exc:
                 if exc.down is not None:
                     self.breaker.failed(key)
+                else:  # it answered (a refusal): it is up, whatever this request's fate
+                    self.breaker.succeeded(key)
                 if exc.down is None or not has_next:
                     if passed:
                         raise ChainFailed(

@@ -444,3 +444,22 @@ async def test_the_demos_unreachable_model_falls_back_to_the_builtin_digest(
     model_calls = [s for s in await steps(engine, row.id) if s[0] == "model_call"]
     assert model_calls and all(s == ("model_call", "builtin-digest", True) for s in model_calls)
     assert (await run_row(engine, row.id))["output"]
+
+
+async def test_a_short_outage_is_waited_out_on_the_model_itself(
+    engine: AsyncEngine, runtime: Runtime, fake_openai: FakeOpenAIServer, factories: Factories
+) -> None:
+    """503 for three calls, then answers: within the model's wait, so no fallback."""
+    backup = await model(factories, fake_openai, "Backup")
+    primary = await model(factories, fake_openai, "Primary", fallback=backup)
+    fake_openai.fail_model("primary", unavailable(times=3))
+    fake_openai.script(lambda body: text_reply(f"from {body['model']}"))
+    run_id = await run_on(engine, factories, primary)
+
+    assert await execute_run(engine, runtime, run_id) is RunState.SUCCEEDED
+
+    assert (await run_row(engine, run_id))["output"] == "from primary"
+    assert await steps(engine, run_id) == [("model_call", "primary", False)]
+    assert len(fake_openai.requests_for("primary")) == 4
+    assert fake_openai.requests_for("backup") == []
+    assert await fallback_counts(engine) == {}
