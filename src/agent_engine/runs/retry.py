@@ -26,7 +26,6 @@ retried again once the gate opens.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,11 +91,15 @@ _CALLS_MADE = text(
     "SELECT step_index, call_started_at IS NOT NULL AS started FROM tool_approvals"
     " WHERE run_id = :run_id"
 )
+# The failed run's step (`:source`) as the retry's step `:index`, with the output and error the
+# retry carries (an unknown outcome's), its fallback flag and answering model kept.
 _COPY_STEP = text(
     "INSERT INTO agent_run_steps (run_id, index, kind, name, input, output, error,"
-    " prompt_tokens, completion_tokens, started_at, finished_at, reused)"
-    " VALUES (:run_id, :index, :kind, :name, CAST(:input AS jsonb), :output, :error,"
-    " :prompt_tokens, :completion_tokens, :started_at, :finished_at, true)"
+    " prompt_tokens, completion_tokens, started_at, finished_at, fallback, model_id, reused)"
+    " SELECT :run_id, :index, s.kind, s.name, s.input, :output, :error,"
+    " s.prompt_tokens, s.completion_tokens, s.started_at, COALESCE(s.finished_at, s.started_at),"
+    " s.fallback, s.model_id, true"
+    " FROM agent_run_steps s WHERE s.run_id = :failed_id AND s.index = :source"
 )
 
 
@@ -191,15 +194,10 @@ async def _carry_over(conn: AsyncConnection, *, failed_id: int, retry_id: int) -
                 {
                     "run_id": retry_id,
                     "index": index,
-                    "kind": step.kind,
-                    "name": step.name,
-                    "input": None if step.input is None else json.dumps(step.input),
+                    "failed_id": failed_id,
+                    "source": step.source,
                     "output": step.output,
                     "error": step.error,
-                    "prompt_tokens": step.prompt_tokens,
-                    "completion_tokens": step.completion_tokens,
-                    "started_at": step.started_at,
-                    "finished_at": step.finished_at or step.started_at,
                 }
                 for index, step in enumerate(kept)
             ],
@@ -211,6 +209,7 @@ async def _carry_over(conn: AsyncConnection, *, failed_id: int, retry_id: int) -
 class Carried:
     """A step as the retry carries it over (the failed run's, or its unknown-outcome form)."""
 
+    source: int  # its index in the failed run
     kind: str
     name: str
     input: object
@@ -245,6 +244,7 @@ def carried_steps(steps: Sequence[StepRow], calls_made: dict[int, bool]) -> list
 
 def _carried(step: StepRow, output: str | None, error: str | None) -> Carried:
     return Carried(
+        source=step.index,
         kind=step.kind,
         name=step.name,
         input=step.input,
