@@ -3,7 +3,8 @@
 `python -m bench._fake_model [--delay SECONDS]` prints `PORT <n>` once ready and serves until
 SIGTERM. The default reply is the instant "ok" with usage; `--delay` makes every reply slow.
 With `--tool NAME --arguments JSON` a conversation without a tool result yet gets that one tool
-call, and one with it gets "ok" (a run with one tool call).
+call, and one with it gets "ok" (a run with one tool call). `--status 503` answers every request
+with that HTTP error instead (a model that is down).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--tool", default=None)
     parser.add_argument("--arguments", default="{}")
+    parser.add_argument("--status", type=int, default=200)
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with FakeOpenAIServer(default=FakeReply(content="ok", delay_seconds=args.delay)) as server:
+    default = FakeReply(content="ok", delay_seconds=args.delay)
+    if args.status != 200:
+        default = FakeReply(status=args.status, error_message="down", delay_seconds=args.delay)
+    with FakeOpenAIServer(default=default) as server:
         if args.tool:
             call = FakeToolCall(args.tool, json.loads(args.arguments))
 

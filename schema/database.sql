@@ -2,6 +2,29 @@
 -- `agent-engine export-schema --database` (or `make schema`). Do not edit: write a
 -- migration, then regenerate. tests/integration/db/test_schema_file.py checks it.
 
+-- Name: agent_models_fallback_acyclic(); Type: FUNCTION; Schema: public; Owner: -
+
+CREATE FUNCTION public.agent_models_fallback_acyclic() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    cursor_id bigint := NEW.fallback_model_id;
+    hops integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('agent_models.fallback_model_id'));
+    WHILE cursor_id IS NOT NULL LOOP
+        IF cursor_id = NEW.id THEN
+            RAISE EXCEPTION 'the fallback chain of model % comes back to it', NEW.id
+                USING ERRCODE = 'check_violation',
+                      CONSTRAINT = 'ck_agent_models_fallback_acyclic';
+        END IF;
+        hops := hops + 1;
+        EXIT WHEN hops > 10000;
+        SELECT fallback_model_id INTO cursor_id FROM agent_models WHERE id = cursor_id;
+    END LOOP;
+    RETURN NEW;
+END $$;
+
 -- Name: agent_run_steps_notify(); Type: FUNCTION; Schema: public; Owner: -
 
 CREATE FUNCTION public.agent_run_steps_notify() RETURNS trigger
@@ -18,18 +41,47 @@ END $$;
 CREATE FUNCTION public.agent_runs_cost_at_finish() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    fb_prompt bigint;
+    fb_completion bigint;
+    fb_cost numeric;
+    fb_unpriced boolean;
+    own_prompt bigint;
+    own_completion bigint;
+    own_unsplit bigint;
 BEGIN
-    SELECT (NEW.prompt_tokens * m.input_price_per_million
-            + NEW.completion_tokens * m.output_price_per_million
-            + GREATEST(NEW.tokens_used - NEW.prompt_tokens - NEW.completion_tokens, 0)
-              * m.input_price_per_million) * 0.000001
+    SELECT COALESCE(sum(COALESCE(s.prompt_tokens, 0)), 0),
+           COALESCE(sum(COALESCE(s.completion_tokens, 0)), 0),
+           sum(COALESCE(s.prompt_tokens, 0) * m.input_price_per_million
+               + COALESCE(s.completion_tokens, 0) * m.output_price_per_million),
+           COALESCE(bool_or(m.input_price_per_million IS NULL
+                            OR m.output_price_per_million IS NULL), false)
+      INTO fb_prompt, fb_completion, fb_cost, fb_unpriced
+      FROM agent_run_steps s LEFT JOIN agent_models m ON m.id = s.model_id
+     WHERE s.run_id = NEW.id AND s.fallback AND NOT s.reused;
+    IF fb_unpriced THEN
+        NEW.cost := NULL;
+        RETURN NEW;
+    END IF;
+    own_prompt := GREATEST(NEW.prompt_tokens - fb_prompt, 0);
+    own_completion := GREATEST(NEW.completion_tokens - fb_completion, 0);
+    own_unsplit := GREATEST(NEW.tokens_used - NEW.prompt_tokens - NEW.completion_tokens, 0);
+    SELECT (own_prompt * m.input_price_per_million
+            + own_completion * m.output_price_per_million
+            + own_unsplit * m.input_price_per_million
+            + COALESCE(fb_cost, 0)) * 0.000001
       INTO NEW.cost
       FROM agent_models m
      WHERE m.id = COALESCE(NEW.model_id, (SELECT a.model_id FROM agents a WHERE a.id = NEW.agent_id))
        AND m.input_price_per_million IS NOT NULL
        AND m.output_price_per_million IS NOT NULL;
     IF NOT FOUND THEN
-        NEW.cost := NULL;
+        -- The run's own model is not priced: a run answered by fallbacks alone is still priced.
+        IF fb_cost IS NOT NULL AND own_prompt + own_completion + own_unsplit = 0 THEN
+            NEW.cost := fb_cost * 0.000001;
+        ELSE
+            NEW.cost := NULL;
+        END IF;
     END IF;
     RETURN NEW;
 END $$;
@@ -114,7 +166,7 @@ DECLARE
 BEGIN
     SELECT COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
     INTO steps_prompt, steps_completion
-    FROM agent_run_steps WHERE run_id = NEW.id;
+    FROM agent_run_steps WHERE run_id = NEW.id AND NOT reused;
     NEW.tokens_used := GREATEST(NEW.tokens_used, steps_prompt + steps_completion);
     NEW.prompt_tokens := LEAST(steps_prompt, NEW.tokens_used);
     NEW.completion_tokens := NEW.tokens_used - NEW.prompt_tokens;
@@ -338,6 +390,7 @@ CREATE TABLE public.agent_models (
     max_concurrent_runs integer,
     input_price_per_million numeric,
     output_price_per_million numeric,
+    fallback_model_id bigint,
     CONSTRAINT ck_agent_models_input_price_per_million_range CHECK (((input_price_per_million IS NULL) OR ((input_price_per_million >= (0)::numeric) AND (input_price_per_million <= (10000)::numeric)))),
     CONSTRAINT ck_agent_models_max_concurrent_runs_positive CHECK (((max_concurrent_runs IS NULL) OR (max_concurrent_runs >= 1))),
     CONSTRAINT ck_agent_models_output_price_per_million_range CHECK (((output_price_per_million IS NULL) OR ((output_price_per_million >= (0)::numeric) AND (output_price_per_million <= (10000)::numeric)))),
@@ -369,6 +422,9 @@ CREATE TABLE public.agent_run_steps (
     completion_tokens bigint,
     started_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
+    fallback boolean DEFAULT false NOT NULL,
+    model_id bigint,
+    reused boolean DEFAULT false NOT NULL,
     CONSTRAINT ck_agent_run_steps_kind CHECK ((kind = ANY (ARRAY['model_call'::text, 'tool_call'::text])))
 );
 
@@ -393,16 +449,17 @@ CREATE TABLE public.agent_runs (
     completion_tokens bigint DEFAULT '0'::bigint NOT NULL,
     cost numeric,
     parked_at timestamp with time zone,
-    CONSTRAINT ck_agent_runs_reason CHECK (((reason IS NULL) OR (reason = ANY (ARRAY['budget_exceeded'::text, 'already_running'::text, 'iteration_cap'::text, 'error'::text, 'stale'::text, 'cancelled'::text])))),
+    retry_of bigint,
+    CONSTRAINT ck_agent_runs_reason CHECK (((reason IS NULL) OR (reason = ANY (ARRAY['budget_exceeded'::text, 'already_running'::text, 'iteration_cap'::text, 'error'::text, 'stale'::text, 'cancelled'::text, 'token_cap'::text, 'agent_budget_exceeded'::text])))),
     CONSTRAINT ck_agent_runs_reason_fits_state CHECK (
 CASE state
-    WHEN 'skipped'::text THEN COALESCE((reason = ANY (ARRAY['budget_exceeded'::text, 'already_running'::text])), false)
-    WHEN 'failed'::text THEN COALESCE((reason = ANY (ARRAY['iteration_cap'::text, 'error'::text, 'stale'::text, 'cancelled'::text])), false)
+    WHEN 'skipped'::text THEN COALESCE((reason = ANY (ARRAY['budget_exceeded'::text, 'already_running'::text, 'agent_budget_exceeded'::text])), false)
+    WHEN 'failed'::text THEN COALESCE((reason = ANY (ARRAY['iteration_cap'::text, 'error'::text, 'stale'::text, 'cancelled'::text, 'token_cap'::text])), false)
     ELSE (reason IS NULL)
 END),
     CONSTRAINT ck_agent_runs_state CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text]))),
     CONSTRAINT ck_agent_runs_tokens_used_non_negative CHECK ((tokens_used >= 0)),
-    CONSTRAINT ck_agent_runs_trigger CHECK ((trigger = ANY (ARRAY['manual'::text, 'scheduled'::text])))
+    CONSTRAINT ck_agent_runs_trigger CHECK ((trigger = ANY (ARRAY['manual'::text, 'scheduled'::text, 'retry'::text])))
 );
 
 -- Name: agent_runs_id_seq; Type: SEQUENCE; Schema: public; Owner: -
@@ -455,8 +512,12 @@ CREATE TABLE public.agents (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     deleted_at timestamp with time zone,
     admin_pause_note text,
+    weekly_token_cap bigint,
+    max_tokens_per_run bigint,
     CONSTRAINT ck_agents_admin_pause_note CHECK (((admin_pause_note IS NULL) OR (admin_paused AND (char_length(admin_pause_note) <= 500)))),
-    CONSTRAINT ck_agents_hidden_is_switched_off CHECK (((deleted_at IS NULL) OR (NOT enabled)))
+    CONSTRAINT ck_agents_hidden_is_switched_off CHECK (((deleted_at IS NULL) OR (NOT enabled))),
+    CONSTRAINT ck_agents_max_tokens_per_run_positive CHECK (((max_tokens_per_run IS NULL) OR (max_tokens_per_run > 0))),
+    CONSTRAINT ck_agents_weekly_token_cap_positive CHECK (((weekly_token_cap IS NULL) OR (weekly_token_cap > 0)))
 );
 
 -- Name: agents_id_seq; Type: SEQUENCE; Schema: public; Owner: -
@@ -844,6 +905,11 @@ ALTER TABLE ONLY public.tools
 ALTER TABLE ONLY public.users
     ADD CONSTRAINT pk_users PRIMARY KEY (id);
 
+-- Name: agent_runs uq_agent_runs_retry_of; Type: CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.agent_runs
+    ADD CONSTRAINT uq_agent_runs_retry_of UNIQUE (retry_of);
+
 -- Name: agent_tools uq_agent_tools_agent_id_tool_id; Type: CONSTRAINT; Schema: public; Owner: -
 
 ALTER TABLE ONLY public.agent_tools
@@ -887,6 +953,10 @@ ALTER TABLE ONLY public.tools
 -- Name: ix_agent_delivery_targets_target_id; Type: INDEX; Schema: public; Owner: -
 
 CREATE INDEX ix_agent_delivery_targets_target_id ON public.agent_delivery_targets USING btree (target_id);
+
+-- Name: ix_agent_models_fallback_model_id; Type: INDEX; Schema: public; Owner: -
+
+CREATE INDEX ix_agent_models_fallback_model_id ON public.agent_models USING btree (fallback_model_id) WHERE (fallback_model_id IS NOT NULL);
 
 -- Name: ix_agent_runs_agent_id; Type: INDEX; Schema: public; Owner: -
 
@@ -1004,6 +1074,10 @@ CREATE UNIQUE INDEX uq_agent_runs_one_unfinished ON public.agent_runs USING btre
 
 CREATE UNIQUE INDEX uq_tool_approvals_pending_run ON public.tool_approvals USING btree (run_id) WHERE (status = 'pending'::text);
 
+-- Name: agent_models agent_models_fallback_acyclic; Type: TRIGGER; Schema: public; Owner: -
+
+CREATE TRIGGER agent_models_fallback_acyclic BEFORE INSERT OR UPDATE OF fallback_model_id ON public.agent_models FOR EACH ROW WHEN ((new.fallback_model_id IS NOT NULL)) EXECUTE FUNCTION public.agent_models_fallback_acyclic();
+
 -- Name: agent_run_steps agent_run_steps_notify; Type: TRIGGER; Schema: public; Owner: -
 
 CREATE TRIGGER agent_run_steps_notify AFTER INSERT OR UPDATE ON public.agent_run_steps FOR EACH ROW EXECUTE FUNCTION public.agent_run_steps_notify();
@@ -1082,6 +1156,11 @@ ALTER TABLE ONLY public.agent_delivery_targets
 ALTER TABLE ONLY public.agent_delivery_targets
     ADD CONSTRAINT fk_agent_delivery_targets_target_id_delivery_targets FOREIGN KEY (target_id) REFERENCES public.delivery_targets(id) ON DELETE CASCADE;
 
+-- Name: agent_models fk_agent_models_fallback_model_id_agent_models; Type: FK CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.agent_models
+    ADD CONSTRAINT fk_agent_models_fallback_model_id_agent_models FOREIGN KEY (fallback_model_id) REFERENCES public.agent_models(id) ON DELETE SET NULL;
+
 -- Name: agent_run_steps fk_agent_run_steps_run_id_agent_runs; Type: FK CONSTRAINT; Schema: public; Owner: -
 
 ALTER TABLE ONLY public.agent_run_steps
@@ -1091,6 +1170,11 @@ ALTER TABLE ONLY public.agent_run_steps
 
 ALTER TABLE ONLY public.agent_runs
     ADD CONSTRAINT fk_agent_runs_agent_id_agents FOREIGN KEY (agent_id) REFERENCES public.agents(id) ON DELETE CASCADE;
+
+-- Name: agent_runs fk_agent_runs_retry_of_agent_runs; Type: FK CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.agent_runs
+    ADD CONSTRAINT fk_agent_runs_retry_of_agent_runs FOREIGN KEY (retry_of) REFERENCES public.agent_runs(id) ON DELETE SET NULL;
 
 -- Name: agent_tools fk_agent_tools_agent_id_agents; Type: FK CONSTRAINT; Schema: public; Owner: -
 

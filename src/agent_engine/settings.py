@@ -96,6 +96,19 @@ class Settings(BaseSettings):
     queued_fail_after_seconds: float = Field(default=3600.0, gt=0)
     run_timeout_seconds: float = Field(default=600.0, gt=0, description="Wall clock per run.")
     model_timeout_seconds: float = Field(default=120.0, gt=0, description="Per model call.")
+    model_breaker_open_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "A model that was down is skipped for its fallback this long (per worker), then one"
+            " call tries it again."
+        ),
+    )
+    model_fallback_wait_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="A model with a fallback waits out rate limits (429/503) this long at most.",
+    )
     tool_timeout_seconds: float = Field(default=30.0, gt=0, description="Per tool call.")
     approval_timeout_seconds: float = Field(
         default=86400.0,

@@ -48,6 +48,10 @@ class ModelDraft:
     # did not mention it); a new model then has none.
     max_concurrent_runs: int | None = None
     keep_max_concurrent_runs: bool = False
+    # The fallback the upsert writes (for the audit log; written by the mutation, validated
+    # there); `keep_fallback`: the input did not mention it.
+    fallback_model_id: int | None = None
+    keep_fallback: bool = True
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,9 @@ def _model_details(model: ModelDraft | catalog.AgentModelRow) -> dict[str, Any]:
         "baseUrl": redacted_url(model.base_url),
         "apiKeyEnv": model.api_key_env,
         "isDefault": bool(model.is_default),
+        "fallbackModelId": None
+        if model.fallback_model_id is None
+        else str(model.fallback_model_id),
     }
 
 
@@ -186,6 +193,8 @@ async def upsert_model(
         before = _model_details(found)
     saved = await _write_model(conn, model_id, draft)
     after = _model_details(draft)
+    if draft.keep_fallback:
+        after["fallbackModelId"] = before["fallbackModelId"] if before is not None else None
     details: dict[str, Any] = {"modelId": saved.id, "created": before is None, "model": after}
     if before is not None:
         details["changes"] = {

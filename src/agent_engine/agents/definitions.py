@@ -34,6 +34,9 @@ class AgentDraft:
     tool_ids: Sequence[int] = field(default_factory=tuple)
     enabled: bool = True
     meta: dict[str, Any] | None = None
+    # The owner's caps on the agent's tokens (None: none), validated positive by the caller.
+    weekly_token_cap: int | None = None
+    max_tokens_per_run: int | None = None
 
 
 def first_run_at(
@@ -77,6 +80,8 @@ async def create_agent(
         enabled=draft.enabled,
         next_run_at=next_run_at,
         meta=draft.meta,
+        weekly_token_cap=draft.weekly_token_cap,
+        max_tokens_per_run=draft.max_tokens_per_run,
     )
     await agents_db.insert_tool_links(conn, agent_id, draft.tool_ids)
     return agent_id

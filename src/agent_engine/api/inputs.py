@@ -43,6 +43,8 @@ class CreateAgentInput:
     tool_ids: list[strawberry.ID] | None = None
     enabled: bool = True
     meta: JSON | None = None
+    weekly_token_cap: int | None = None
+    max_tokens_per_run: int | None = None
 
 
 @strawberry.input(
@@ -57,6 +59,12 @@ class UpdateAgentInput:
     schedule: ScheduleInput | None = strawberry.UNSET
     model_id: strawberry.ID | None = strawberry.UNSET
     meta: JSON | None = strawberry.UNSET
+    weekly_token_cap: int | None = strawberry.field(
+        default=strawberry.UNSET, description="Explicit null: no cap."
+    )
+    max_tokens_per_run: int | None = strawberry.field(
+        default=strawberry.UNSET, description="Explicit null: no cap."
+    )
 
 
 @strawberry.input
@@ -76,6 +84,13 @@ class AgentModelInput:
         default=strawberry.UNSET, description="Absent: unchanged. Explicit null: not priced."
     )
     output_price_per_million: DecimalText | None = strawberry.UNSET
+    fallback_model_id: strawberry.ID | None = strawberry.field(
+        default=strawberry.UNSET,
+        description=(
+            "Absent: unchanged. Explicit null: none. Must be another model of the allowed list; a"
+            " chain that comes back to this model is BAD_USER_INPUT."
+        ),
+    )
 
 
 @strawberry.input

@@ -38,7 +38,7 @@ from agent_engine.db.deliveries import DeliveryTargetRow, RunDeliveryRow
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
-from agent_engine.db.spend import recent_tokens, spent_costs
+from agent_engine.db.spend import agents_spent_tokens, recent_tokens, spent_costs
 from agent_engine.db.tool_sources import ToolSourceRow
 from agent_engine.db.users import UserRow
 from agent_engine.domain.budget import Budget, week_window
@@ -168,6 +168,16 @@ class Loaders:
     @functools.cached_property
     def budget_cost(self) -> DataLoader[int, Decimal | None]:
         return DataLoader(load_fn=self._reads.load_budget_costs)
+
+    @functools.cached_property
+    def agent_week_tokens(self) -> DataLoader[int, int]:
+        """Each agent's tokens in the current budget week: one statement per page of agents."""
+        return DataLoader(load_fn=self._reads.load_agent_week_tokens)
+
+    @functools.cached_property
+    def retry_of_run(self) -> DataLoader[int, RunRow | None]:
+        """The retry run of each run, if any (`Run.retriedBy`)."""
+        return self._reads.by_key(runs_db.retries_of_runs, lambda row: row.retry_of or 0)
 
     @functools.cached_property
     def expected_tokens(self) -> DataLoader[int, int | None]:
@@ -391,6 +401,13 @@ class _Reads:
         async with self.connection() as conn:
             costs = await spent_costs(conn, list(owner_ids), window=window)
         return [costs[i] for i in owner_ids]
+
+    async def load_agent_week_tokens(self, agent_ids: Sequence[int]) -> list[int]:
+        platform = await self.platform()
+        window = week_window(self._now, platform.zone)
+        async with self.connection() as conn:
+            used = await agents_spent_tokens(conn, list(agent_ids), window=window)
+        return [used.get(i, 0) for i in agent_ids]
 
     async def load_expected_tokens(self, agent_ids: Sequence[int]) -> list[int | None]:
         async with self.connection() as conn:

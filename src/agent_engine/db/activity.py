@@ -19,6 +19,24 @@ _BUMP_SQL = text(
 )
 
 
+# Model fallbacks: one counter per (model that was down, model that answered, cause), named
+# FALLBACK_PREFIX + the three joined by FALLBACK_SEPARATOR (a character no model name holds).
+FALLBACK_PREFIX = "fallback."
+FALLBACK_SEPARATOR = "\x1f"
+
+
+def fallback_name(model: str, fallback: str, cause: str) -> str:
+    return FALLBACK_PREFIX + FALLBACK_SEPARATOR.join((model, fallback, cause))
+
+
+def fallback_labels(name: str) -> tuple[str, str, str] | None:
+    """(model, fallback, cause) of a `fallback_name`, or None for another counter."""
+    if not name.startswith(FALLBACK_PREFIX):
+        return None
+    parts = name.removeprefix(FALLBACK_PREFIX).split(FALLBACK_SEPARATOR)
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
 def tick_name(tick: str) -> str:
     return TICK_PREFIX + tick
 

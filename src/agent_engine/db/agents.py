@@ -40,6 +40,9 @@ class AgentRow:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
+    # The owner's caps on the agent's tokens (None: none): per budget week, per run.
+    weekly_token_cap: int | None
+    max_tokens_per_run: int | None
 
     @classmethod
     def from_row(cls, row: AnyRow) -> AgentRow:
@@ -60,6 +63,8 @@ class AgentRow:
             created_at=values["created_at"],
             updated_at=values["updated_at"],
             deleted_at=values["deleted_at"],
+            weekly_token_cap=values["weekly_token_cap"],
+            max_tokens_per_run=values["max_tokens_per_run"],
         )
 
 
@@ -84,6 +89,8 @@ UPDATABLE_COLUMNS = frozenset(
         "enabled",
         "admin_paused",
         "admin_pause_note",
+        "weekly_token_cap",
+        "max_tokens_per_run",
     }
 )
 JSON_COLUMNS = frozenset({"schedule", "meta"})
@@ -102,9 +109,10 @@ LIVE_AGENTS_OF_OWNER = text(
 )
 INSERT_AGENT = text(
     "INSERT INTO agents (user_id, name, description, prompt, schedule, model_id,"
-    " enabled, next_run_at, meta)"
+    " enabled, next_run_at, meta, weekly_token_cap, max_tokens_per_run)"
     " VALUES (:user_id, :name, :description, :prompt, CAST(:schedule AS jsonb),"
-    " :model_id, :enabled, :next_run_at, CAST(:meta AS jsonb))"
+    " :model_id, :enabled, :next_run_at, CAST(:meta AS jsonb), :weekly_token_cap,"
+    " :max_tokens_per_run)"
     " RETURNING id"
 )
 LOCK_LIVE_SCHEDULE = text(
@@ -137,6 +145,8 @@ async def insert_agent(
     enabled: bool,
     next_run_at: datetime | None,
     meta: Mapping[str, Any] | None,
+    weekly_token_cap: int | None = None,
+    max_tokens_per_run: int | None = None,
 ) -> int:
     params = {
         "user_id": user_id,
@@ -148,6 +158,8 @@ async def insert_agent(
         "enabled": enabled,
         "next_run_at": next_run_at,
         "meta": _json(meta),
+        "weekly_token_cap": weekly_token_cap,
+        "max_tokens_per_run": max_tokens_per_run,
     }
     return int((await conn.execute(INSERT_AGENT, params)).scalar_one())
 

@@ -35,6 +35,8 @@ class AgentModelRow:
     max_concurrent_runs: int | None
     input_price_per_million: Decimal | None
     output_price_per_million: Decimal | None
+    # The model that answers while this one is down (p0005_model_fallback); None = none.
+    fallback_model_id: int | None = None
 
     @classmethod
     def from_row(cls, row: AnyRow) -> AgentModelRow:
@@ -51,6 +53,7 @@ class AgentModelRow:
             max_concurrent_runs=values["max_concurrent_runs"],
             input_price_per_million=values["input_price_per_million"],
             output_price_per_million=values["output_price_per_million"],
+            fallback_model_id=values.get("fallback_model_id"),
         )
 
 
@@ -196,6 +199,22 @@ async def update_model(
     if updated is None:
         return None
     return ModelLimit(int(updated.id), updated.previous, updated.max_concurrent_runs)
+
+
+# The database refuses a chain that comes back (trigger `agent_models_fallback_acyclic`).
+FALLBACK_CYCLE_CONSTRAINT = "ck_agent_models_fallback_acyclic"
+SET_MODEL_FALLBACK = text(
+    "UPDATE agent_models SET fallback_model_id = :fallback WHERE id = :id RETURNING id"
+)
+
+
+async def set_model_fallback(conn: AsyncConnection, model_id: int, fallback_id: int | None) -> bool:
+    """Write the model's fallback (None: none); False when the model is gone. A cycle raises
+    the database's IntegrityError (constraint `FALLBACK_CYCLE_CONSTRAINT`)."""
+    updated = (
+        await conn.execute(SET_MODEL_FALLBACK, {"id": model_id, "fallback": fallback_id})
+    ).scalar_one_or_none()
+    return updated is not None
 
 
 async def set_model_prices(

@@ -29,6 +29,22 @@ START_STEP = (
     " SELECT id, $8, $9, $10, $11::jsonb, $12 FROM run"
 )
 
+# A model call a fallback model answered: its end, its answering model (the step's new name and
+# the model its tokens are priced at) and the fallback counters (`db/activity.fallback_name`,
+# one per hop) in one statement, written at once rather than with the next statement, so the
+# run's finish (whose cost trigger prices fallback steps apart) sees it. Asyncpg placeholders.
+FALLBACK_STEP_END = (
+    "WITH run AS (SELECT id FROM agent_runs WHERE id = $1 AND state = 'running' FOR SHARE),"
+    " ended AS (UPDATE agent_run_steps SET output = $2, error = $3,"
+    "   prompt_tokens = $4, completion_tokens = $5, finished_at = $6,"
+    "   name = $7, fallback = true, model_id = $8"
+    "   WHERE run_id = (SELECT id FROM run) AND index = $9 AND finished_at IS NULL)"
+    " INSERT INTO engine_activity (name, count, last_at)"
+    " SELECT hop, count(*), now() FROM unnest($10::text[]) AS hop GROUP BY hop"
+    " ON CONFLICT (name) DO UPDATE"
+    " SET count = engine_activity.count + EXCLUDED.count, last_at = EXCLUDED.last_at"
+)
+
 # The step end still waiting (`StepRecorder.take_pending()`'s parameters), written once.
 END_PENDING_STEP = (
     "UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
@@ -50,6 +66,8 @@ FINISH_STEP_CTE = (
 FIRST_STEP_INSERT = (
     "INSERT INTO agent_run_steps (run_id, index, kind, name, started_at)"
     " SELECT id, 0, 'model_call', COALESCE(model, ''), :now FROM started"
+    # A retry's carried-over steps start at 0: its worker writes its first step after them.
+    " ON CONFLICT (run_id, index) DO NOTHING"
 )
 
 # `FINISH_STEP_CTE`'s parameters when no step end is waiting (index -1 matches no step).
@@ -76,6 +94,10 @@ class StepRow:
     completion_tokens: int | None
     started_at: datetime
     finished_at: datetime | None
+    # A model call a fallback model answered (e0011_model_fallback).
+    fallback: bool = False
+    # Carried over from the failed run a retry continues (e0012_runs_recover).
+    reused: bool = False
 
     @classmethod
     def from_row(cls, row: AnyRow) -> StepRow:
@@ -92,6 +114,8 @@ class StepRow:
             completion_tokens=m["completion_tokens"],
             started_at=m["started_at"],
             finished_at=m["finished_at"],
+            fallback=bool(m.get("fallback", False)),
+            reused=bool(m.get("reused", False)),
         )
 
 

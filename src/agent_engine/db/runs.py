@@ -21,7 +21,7 @@ from agent_engine.db import direct
 from agent_engine.db.platform import STORED_PLATFORM
 from agent_engine.db.rows import AnyRow, columns, narrow, read_rows
 from agent_engine.db.run_steps import FINISH_STEP_CTE, FIRST_STEP_INSERT
-from agent_engine.db.spend import owner_week_tokens
+from agent_engine.db.spend import agent_week_tokens, owner_week_tokens
 from agent_engine.domain.runs import TERMINAL_STATES, UNFINISHED_STATES, RunState
 
 
@@ -46,6 +46,8 @@ class RunRow:
     prompt_tokens: int
     completion_tokens: int
     cost: Decimal | None
+    # A retry run: the failed run it continues (e0012_runs_recover).
+    retry_of: int | None = None
 
     @classmethod
     def from_row(cls, row: AnyRow) -> RunRow:
@@ -68,6 +70,7 @@ class RunRow:
             prompt_tokens=int(m["prompt_tokens"]),
             completion_tokens=int(m["completion_tokens"]),
             cost=m["cost"],
+            retry_of=m.get("retry_of"),
         )
 
 
@@ -78,7 +81,8 @@ class RunRow:
 # or this start waits for it and then finds no live agent. The scheduler's claim (NO KEY UPDATE)
 # is not blocked by it.
 AGENT_GATE = text(
-    "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model"
+    "SELECT id, user_id, enabled, admin_paused, model_id IS NOT NULL AS has_model,"
+    " weekly_token_cap"
     " FROM agents WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE"
 )
 
@@ -87,9 +91,10 @@ AGENT_GATE = text(
 # `model_id` records the model the run is queued for: a model's limit counts its runs, and its
 # waiting runs are found oldest first by it (the claim refreshes it if the owner switched models).
 INSERT_QUEUED = text(
-    "INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used, created_at)"
+    "INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used, created_at,"
+    " retry_of)"
     " SELECT t.agent_id, a.model_id, :trigger, 'queued', 0,"
-    " COALESCE(CAST(:now AS timestamptz), now())"
+    " COALESCE(CAST(:now AS timestamptz), now()), CAST(:retry_of AS bigint)"
     " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
     " JOIN agents a ON a.id = t.agent_id"
     " ORDER BY t.agent_id"
@@ -108,6 +113,12 @@ def _under_cap(owner: str) -> str:
     )
 
 
+def _agent_under_cap(agent: str, cap: str) -> str:
+    """SQL: the agent's own week (`:start`/`:end`) is under its cap `cap` (always, without one);
+    `agent` and `cap` name the agent's id and `weekly_token_cap` in the enclosing statement."""
+    return f"({cap} IS NULL OR " + agent_week_tokens(agent) + f" < {cap})"
+
+
 # A manual request in one statement (autocommit, no BEGIN/COMMIT): the gate read with its KEY
 # SHARE lock (as `AGENT_GATE`), and the queued row (as `INSERT_QUEUED`) when the gate is open, the
 # platform settings are the ones the caller expects (`:platform`, from which it computed `:cap` and
@@ -116,7 +127,7 @@ def _under_cap(owner: str) -> str:
 # closed (the caller refuses, nothing written), or the transaction (`AGENT_GATE` …) decides
 # what to journal — budget spent, a run already unfinished, settings changed since.
 REQUEST_AT_ONCE = text(
-    "WITH g AS (SELECT id, user_id, enabled, admin_paused, model_id FROM agents"
+    "WITH g AS (SELECT id, user_id, enabled, admin_paused, model_id, weekly_token_cap FROM agents"
     " WHERE id = :agent_id AND deleted_at IS NULL FOR KEY SHARE),"
     " stored AS (SELECT " + STORED_PLATFORM + " AS platform),"
     " queued AS (INSERT INTO agent_runs (agent_id, model_id, trigger, state, tokens_used,"
@@ -126,6 +137,8 @@ REQUEST_AT_ONCE = text(
     " AND stored.platform = CAST(:platform AS jsonb)"
     " AND "
     + _under_cap("g.user_id")
+    + " AND "
+    + _agent_under_cap("g.id", "g.weekly_token_cap")
     + " ON CONFLICT (agent_id) WHERE state IN ('queued', 'running') DO NOTHING RETURNING *)"
     # The gate as `AGENT_GATE` names it (no column of agent_runs has these names).
     " SELECT g.enabled, g.admin_paused, g.model_id IS NOT NULL AS has_model, stored.platform,"
@@ -198,6 +211,7 @@ class DueAgent:
 CONTEXT_COLUMNS = (
     """
     r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
+    a.weekly_token_cap, a.max_tokens_per_run, r.retry_of,
     u.timezone AS owner_timezone,
     m.provider, m.model, m.base_url, m.api_key_env, m.name AS model_name,
     ARRAY(
@@ -271,7 +285,11 @@ CLAIM_AT_ONCE = text(
     " WHERE agent_runs.id = :run_id AND agent_runs.state = 'queued'"
     " AND c.enabled AND NOT c.admin_paused AND c.has_model AND c.max_concurrent_runs IS NULL"
     " AND c.platform = CAST(:platform AS jsonb)"
-    " AND " + _under_cap("c.owner_id") + " RETURNING agent_runs.id, c.model),"
+    " AND "
+    + _under_cap("c.owner_id")
+    + " AND "
+    + _agent_under_cap("c.agent_id", "c.weekly_token_cap")
+    + " RETURNING agent_runs.id, c.model),"
     " first_step AS (" + FIRST_STEP_INSERT + ")"
     " SELECT c.*, EXISTS (SELECT 1 FROM started) AS started FROM c"
 )
@@ -473,6 +491,15 @@ async def _runs(conn: AsyncConnection, statement: TextClause, ids: Sequence[int]
 
 async def runs_by_id(conn: AsyncConnection, run_ids: Sequence[int]) -> list[RunRow]:
     return await _runs(conn, RUNS_BY_ID, run_ids)
+
+
+# `Run.retriedBy`: the retry of each run, through the unique index on `retry_of`.
+RETRIES_OF_RUNS = text("SELECT * FROM agent_runs WHERE retry_of = ANY(CAST(:ids AS bigint[]))")
+
+
+async def retries_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[RunRow]:
+    """The retry run of each of the runs (runs not retried are left out)."""
+    return await _runs(conn, RETRIES_OF_RUNS, run_ids)
 
 
 async def last_finished_runs(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[RunRow]:

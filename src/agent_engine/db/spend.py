@@ -63,6 +63,21 @@ def owner_week_tokens(owner: str) -> str:
     )
 
 
+def agent_week_tokens(agent: str) -> str:
+    """SQL: the tokens of one agent's budget week (`:start`/`:end`; `agent` names the agent's id
+    in the enclosing statement): one range of `ix_agent_runs_budget`, index-only."""
+    return (
+        "(SELECT COALESCE(SUM(r.tokens_used), 0) FROM agent_runs r"
+        f" WHERE r.agent_id = {agent} AND r.finished_at >= :start AND r.finished_at < :end)"
+    )
+
+
+# A page of agents' weeks in one statement: a probe of the index per agent.
+_SPENT_BY_AGENT_SQL = text(
+    "SELECT t.agent_id, " + agent_week_tokens("t.agent_id") + " AS used"
+    " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
+)
+
 _SPENT_OF_OWNER_SQL = text("SELECT " + owner_week_tokens("CAST(:owner_id AS bigint)"))
 # SUM ignores NULLs: NULL when none of the week's runs was priced.
 _COST_OF_OWNER_SQL = text(
@@ -144,6 +159,19 @@ async def spent_tokens(
         {"owner_ids": list(owner_ids), "start": window.start, "end": window.end},
     )
     return {int(owner_id): int(used) for owner_id, used in rows}
+
+
+async def agents_spent_tokens(
+    conn: AsyncConnection, agent_ids: Collection[int], *, window: BudgetWindow
+) -> dict[int, int]:
+    """Tokens each agent spent in the window (its runs finished in it), one statement."""
+    if not agent_ids:
+        return {}
+    rows = await conn.execute(
+        _SPENT_BY_AGENT_SQL,
+        {"agent_ids": list(agent_ids), "start": window.start, "end": window.end},
+    )
+    return {int(agent_id): int(used) for agent_id, used in rows}
 
 
 async def spent_costs(

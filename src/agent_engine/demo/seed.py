@@ -1,6 +1,8 @@
 """The demo seed of `agent-engine run`: idempotent, safe to run on every start.
 
-A demo owner and a demo admin, the offline `builtin` model as the default, the optional tools
+A demo owner and a demo admin, the offline `builtin` model as the default, a model whose endpoint
+is down with the builtin model as its fallback (choose it for an agent to watch a fallback step),
+the optional tools
 allowed, a handful of sample knowledge documents (public), one sample scheduled agent and, with
 `make run`, the demo MCP ticket server as a tool source of that agent.
 """
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import agents as agents_db
 from agent_engine.db import catalog, users
@@ -25,6 +28,10 @@ from agent_engine.tool_sources.sync import sync_source
 DEMO_OWNER_ID = 1
 DEMO_ADMIN_ID = 2
 DEMO_MODEL_NAME = "Builtin digest (offline)"
+# Nothing listens on the discard port: every call is refused at once, and the builtin model
+# (its fallback) answers. Its key variable is none: nothing is sent anywhere.
+DEMO_DOWN_MODEL_NAME = "Unreachable endpoint (falls back to the builtin digest)"
+DEMO_DOWN_MODEL_URL = "http://127.0.0.1:9/v1"
 DEMO_AGENT_NAME = "Weekly release digest"
 DEMO_AGENT_PROMPT = "release process on-call"
 DEMO_AGENT_DESCRIPTION = "Digest of the release and on-call pages, every 6 hours."
@@ -66,6 +73,7 @@ async def seed_demo(
                 ),
             )
             model_id = created.id
+        await _seed_down_model(conn, fallback_id=model_id)
         await sync_tool_catalog(conn)
         # The demo allows the shipped optional tools once; an admin's later choice is kept.
         if await agents_db.find_agent_by_name(conn, DEMO_OWNER_ID, DEMO_AGENT_NAME) is None:
@@ -93,6 +101,28 @@ async def seed_demo(
     if tickets_url is not None:
         await seed_tool_source(engine, tickets_url, agent_id=agent_id)
     return DemoIds(DEMO_OWNER_ID, DEMO_ADMIN_ID, model_id, agent_id)
+
+
+async def _seed_down_model(conn: AsyncConnection, *, fallback_id: int) -> None:
+    """The demo's model that is always down, with `fallback_id` as its fallback (created when
+    missing: an admin's later change is kept, a removed one comes back on the next start)."""
+    found = (
+        await conn.execute(
+            text("SELECT id FROM agent_models WHERE name = :name"), {"name": DEMO_DOWN_MODEL_NAME}
+        )
+    ).first()
+    if found is not None:
+        return
+    created = await catalog.insert_model(
+        conn,
+        catalog.ModelFields(
+            name=DEMO_DOWN_MODEL_NAME,
+            provider="openai",
+            model="demo-down",
+            base_url=DEMO_DOWN_MODEL_URL,
+        ),
+    )
+    await catalog.set_model_fallback(conn, created.id, fallback_id)
 
 
 async def seed_tool_source(engine: AsyncEngine, url: str, *, agent_id: int) -> int:

@@ -31,6 +31,7 @@ class RunState(StrEnum):
 class RunTrigger(StrEnum):
     MANUAL = "manual"
     SCHEDULED = "scheduled"
+    RETRY = "retry"
 
 
 class RunReason(StrEnum):
@@ -40,6 +41,8 @@ class RunReason(StrEnum):
     ERROR = "error"
     STALE = "stale"
     CANCELLED = "cancelled"
+    TOKEN_CAP = "token_cap"
+    AGENT_BUDGET_EXCEEDED = "agent_budget_exceeded"
 
 
 class RunStepKind(StrEnum):
@@ -62,9 +65,17 @@ REASONS_BY_STATE: Mapping[RunState, frozenset[RunReason]] = MappingProxyType(
         RunState.QUEUED: frozenset(),
         RunState.RUNNING: frozenset(),
         RunState.SUCCEEDED: frozenset(),
-        RunState.SKIPPED: frozenset({RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
+        RunState.SKIPPED: frozenset(
+            {RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING, RunReason.AGENT_BUDGET_EXCEEDED}
+        ),
         RunState.FAILED: frozenset(
-            {RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE, RunReason.CANCELLED}
+            {
+                RunReason.ITERATION_CAP,
+                RunReason.ERROR,
+                RunReason.STALE,
+                RunReason.CANCELLED,
+                RunReason.TOKEN_CAP,
+            }
         ),
     }
 )

@@ -20,7 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db import metrics as facts
-from agent_engine.db.activity import RUNS_PRUNED, TICK_PREFIX
+from agent_engine.db.activity import RUNS_PRUNED, TICK_PREFIX, fallback_labels
 from agent_engine.db.metrics import RECENT_WINDOW
 
 REGISTRY = CollectorRegistry()
@@ -134,6 +134,13 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
         "Seconds since a worker last completed the tick (absent until the first one).",
         labels=["tick"],
     )
+    fallbacks = CounterMetricFamily(
+        "agent_engine_model_fallbacks",
+        "Model calls sent on to a fallback model (cluster-wide, from the workers' counts): by the"
+        " model that was down, the fallback, and the cause (rate_limited, server_error, timeout,"
+        " unreachable; breaker_open: skipped while its circuit breaker is open).",
+        labels=["model", "fallback", "cause"],
+    )
     for unfinished_state in ("queued", "running"):
         unfinished.add_metric([unfinished_state], 0.0)
     stale_count = 0.0
@@ -166,6 +173,8 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
             ticks.add_metric([state.removeprefix(TICK_PREFIX)], value)
         elif kind == "activity_age" and state.startswith(TICK_PREFIX):
             tick_age.add_metric([state.removeprefix(TICK_PREFIX)], max(0.0, value))
+        elif kind == "activity_count" and (labels := fallback_labels(state)) is not None:
+            fallbacks.add_metric(list(labels), value)
     tokens.add_metric([], token_total)
     lag.add_metric([], lag_seconds)
     stale.add_metric([], stale_count)
@@ -192,6 +201,7 @@ async def database_snapshot(conn: AsyncConnection) -> list[Metric]:
         ticks,
         tick_age,
         alerts,
+        fallbacks,
         *await deliveries_snapshot(conn),
     ]
 

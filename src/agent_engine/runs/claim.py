@@ -35,7 +35,7 @@ from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
 from agent_engine.runs import model_slots, resume_gate, seen_platform
-from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.budget import agents_over_cap, owners_over_budget
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.context import RunContext, run_context_from_row
 
@@ -144,6 +144,14 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
             await conn.execute(
                 runs_sql.SKIP_AT_CLAIM,
                 {"run_id": run_id, "now": now, "reason": str(RunReason.BUDGET_EXCEEDED)},
+            )
+            return Claim(run_id, RunState.SKIPPED, model_id=row.run_model_id, model_limit=limit)
+        if row.weekly_token_cap is not None and await agents_over_cap(
+            conn, [row.agent_id], now=now, platform=platform
+        ):
+            await conn.execute(
+                runs_sql.SKIP_AT_CLAIM,
+                {"run_id": run_id, "now": now, "reason": str(RunReason.AGENT_BUDGET_EXCEEDED)},
             )
             return Claim(run_id, RunState.SKIPPED, model_id=row.run_model_id, model_limit=limit)
         admission = await model_slots.admit(conn, model_id=model_id, run_id=run_id, limit=limit)

@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db.run_steps import steps_of_runs
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
 from agent_engine.runs import approvals, model_slots, resume_gate, steps
 from agent_engine.runs.cancel import CancelWatcher
@@ -33,6 +34,7 @@ from agent_engine.runs.finish import INTERRUPTED_ERROR as INTERRUPTED_ERROR
 from agent_engine.runs.finish import TokenMeter, fail, finish, heartbeat
 from agent_engine.runs.request import Enqueue
 from agent_engine.runtime.loop import PARKED, Resume, Runtime
+from agent_engine.runtime.prefill import Prefill, prefill_from_steps
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,19 @@ async def _execute(
     # The transcript, and the cancel watcher that may cancel `work`.
     resumed = claim.resumed
     resume: Resume | None = None
-    if resumed is None:
+    prefill: Prefill | None = None
+    if resumed is None and ctx.retry_of is not None:
+        # A retry: the failed run's steps were carried over with the request; it goes on after
+        # them (the start wrote no opening step when there are some).
+        prefill = await _prefill(engine, run_id)
+        transcript = steps.StepRecorder(
+            engine,
+            run_id,
+            now_fn=now_fn,
+            first_step_written=prefill.next_index == 0,
+            next_index=prefill.next_index,
+        )
+    elif resumed is None:
         transcript = steps.StepRecorder(engine, run_id, now_fn=now_fn, first_step_written=True)
     else:
         # The steps go on after the parked call's (the last one written before parking).
@@ -131,6 +145,7 @@ async def _execute(
             deadline=deadline,
             transcript=transcript,
             resume=resume,
+            prefill=prefill,
         )
     )
     if cancels is not None:
@@ -199,6 +214,13 @@ async def _execute(
         completion_tokens=max(outcome.completion_tokens, meter.completion),
         transcript=transcript,
     )
+
+
+async def _prefill(engine: AsyncEngine, run_id: int) -> Prefill:
+    """A retry run's conversation so far, from the steps it carried over."""
+    async with engine.connect() as conn:
+        rows = await steps_of_runs(conn, [run_id])
+    return prefill_from_steps(run_id, [row for row in rows if row.reused])
 
 
 async def _stop(beat: asyncio.Future[None], stop: asyncio.Event) -> None:

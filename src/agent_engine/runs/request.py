@@ -35,7 +35,7 @@ from agent_engine.db.platform import load_platform_settings
 from agent_engine.domain.gate import AgentNotStartable, closed_lock
 from agent_engine.domain.runs import RunState, RunTrigger
 from agent_engine.runs import seen_platform
-from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.budget import agents_over_cap, owners_over_budget
 from agent_engine.runs.journal import insert_requested_runs
 
 log = logging.getLogger(__name__)
@@ -150,12 +150,19 @@ async def _request_in_transaction(
         )
         platform = await load_platform_settings(conn)
         spent = await owners_over_budget(conn, [agent.user_id], now=now, platform=platform)
+        # The owner's budget first; then the agent's own cap, when it has one.
+        capped = (
+            set()
+            if spent or agent.weekly_token_cap is None
+            else await agents_over_cap(conn, [agent_id], now=now, platform=platform)
+        )
         rows = await insert_requested_runs(
             conn,
             [agent_id],
             trigger=trigger,
             now=written,
             budget_spent=[agent_id] if spent else [],
+            agent_cap_spent=capped,
         )
     return rows[agent_id]
 

@@ -27,7 +27,7 @@ from agent_engine.domain.schedule import (
     parse_schedule,
     slot_after_fire,
 )
-from agent_engine.runs.budget import owners_over_budget
+from agent_engine.runs.budget import agents_over_cap, owners_over_budget
 from agent_engine.runs.journal import insert_requested_runs
 from agent_engine.runs.request import Enqueue, send_after_commit
 
@@ -81,12 +81,20 @@ async def _process_batch(
         spent_owners = await owners_over_budget(
             conn, {d.owner_id for d in due}, now=now, platform=platform
         )
+        budget_spent = {d.agent_id for d in due if d.owner_id in spent_owners}
+        capped = await agents_over_cap(
+            conn,
+            [d.agent_id for d in due if d.agent_id not in budget_spent],
+            now=now,
+            platform=platform,
+        )
         rows = await insert_requested_runs(
             conn,
             [d.agent_id for d in due],
             trigger=RunTrigger.SCHEDULED,
             now=now,
-            budget_spent={d.agent_id for d in due if d.owner_id in spent_owners},
+            budget_spent=budget_spent,
+            agent_cap_spent=capped,
         )
         await _advance_slots(conn, due, now=now, platform=platform)
     queued = [r.id for r in rows.values() if r.state == RunState.QUEUED]

@@ -19,7 +19,8 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.db.run_steps import NO_PENDING, START_STEP
+from agent_engine.db.activity import fallback_name
+from agent_engine.db.run_steps import FALLBACK_STEP_END, NO_PENDING, START_STEP
 from agent_engine.domain.storable import storable_json_dumps, storable_optional, storable_text
 from agent_engine.runtime.transcript import StepEnd, StepKind
 
@@ -88,6 +89,9 @@ class StepRecorder:
         return index
 
     async def step_finished(self, index: int, end: StepEnd) -> None:
+        if end.fallback is not None:
+            await self._fallback_finished(index, end)
+            return
         self._pending = {
             "p_index": index,
             # What a model or tool sent; a NUL in it would lose the step (`domain/storable.py`).
@@ -97,6 +101,36 @@ class StepRecorder:
             "p_completion": end.completion_tokens,
             "p_finished": self._now_fn(),
         }
+
+    async def _fallback_finished(self, index: int, end: StepEnd) -> None:
+        """A model call a fallback answered: written now, not with the next statement, so the
+        finish's cost trigger prices it at its own model (`db.run_steps.FALLBACK_STEP_END`)."""
+        answer = end.fallback
+        assert answer is not None
+        hops = [fallback_name(hop.model, hop.fallback, hop.cause) for hop in answer.hops]
+        try:
+            async with self._engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver: asyncpg.Connection = raw.driver_connection
+                try:
+                    await driver.execute(
+                        FALLBACK_STEP_END,
+                        self._run_id,
+                        storable_optional(end.output),
+                        storable_optional(end.error),
+                        end.prompt_tokens,
+                        end.completion_tokens,
+                        self._now_fn(),
+                        storable_text(answer.name),
+                        answer.model_id,
+                        index,
+                        hops,
+                    )
+                except _CONNECTION_ERRORS:
+                    await conn.invalidate()
+                    raise
+        except Exception:
+            log.warning("run %s: could not record step %d", self._run_id, index, exc_info=True)
 
     def take_pending(self) -> dict[str, Any]:
         """The parameters of the step end still to write (`NO_PENDING` when there is none)."""

@@ -26,6 +26,8 @@ class ModelSpec:
     api_key_env: str | None
     # The admin's name for it (`agent_models.name`): what owners read in errors, never the URL.
     name: str | None = None
+    # Its `agent_models` row (set on the models of a fallback chain; None when not known).
+    id: int | None = None
 
     @property
     def label(self) -> str:
@@ -45,6 +47,10 @@ class RunContext:
     iteration_cap: int
     # Allowed MCP tools of the selection whose source is enabled (with where to call them).
     mcp_tools: tuple[McpTool, ...] = ()
+    # The owner's cap on one run's tokens (None: none): passed, the run stops FAILED / TOKEN_CAP.
+    max_tokens_per_run: int | None = None
+    # A retry run: the failed run it continues (its transcript was carried over as reused steps).
+    retry_of: int | None = None
 
 
 async def load_run_context(conn: AsyncConnection, run_id: int) -> RunContext | None:
@@ -78,4 +84,6 @@ def run_context_from_row(row: Any, *, platform: PlatformSettings) -> RunContext 
         platform_prompt=platform.platform_prompt,
         iteration_cap=platform.iteration_cap,
         mcp_tools=tuple(McpTool.from_json(value) for value in (row.mcp_tools or ())),
+        max_tokens_per_run=row.max_tokens_per_run,
+        retry_of=row.retry_of,
     )

@@ -30,6 +30,13 @@ from agent_engine.knowledge.store import KnowledgeStore
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
+from agent_engine.runtime.fallback import (
+    DEFAULT_BREAKER_OPEN_SECONDS,
+    DEFAULT_RATE_LIMIT_WAIT_SECONDS,
+    ChainFailed,
+    Fallbacks,
+)
+from agent_engine.runtime.prefill import Prefill
 from agent_engine.runtime.providers.base import (
     Message,
     ModelProvider,
@@ -75,6 +82,7 @@ APPROVED = "approved"
 EXPIRED = "expired"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
+REASON_TOKEN_CAP = "token_cap"
 
 
 class ToolFailed(Exception):
@@ -190,11 +198,15 @@ class Runtime:
         tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
         model_concurrency: int = 1,
         credentials: CredentialGuard | None = None,
+        breaker_open_seconds: float = DEFAULT_BREAKER_OPEN_SECONDS,
+        rate_limit_wait_seconds: float = DEFAULT_RATE_LIMIT_WAIT_SECONDS,
     ) -> None:
         """`model_concurrency`: how many model calls this runtime may have in flight at once
         (a worker's in-flight limit); providers size their connection pools by it.
         `credentials` checks a model's key variable before every call (default: the rule with
-        no allow-list, the delivery targets read from `engine`)."""
+        no allow-list, the delivery targets read from `engine`). `breaker_open_seconds`: how long
+        a model that was down is skipped for its fallback; `rate_limit_wait_seconds`: how long a
+        model with a fallback waits out rate limits (runtime/fallback.py)."""
         self._engine = engine
         self.credentials = credentials or CredentialGuard(engine)
         self._knowledge: KnowledgeStore = knowledge or PostgresKnowledgeStore(engine)
@@ -203,6 +215,11 @@ class Runtime:
         self._max_tool_result_chars = max_tool_result_chars
         self._tool_timeout_seconds = tool_timeout_seconds
         self._model_concurrency = model_concurrency
+        self.fallbacks = Fallbacks(
+            engine,
+            breaker_open_seconds=breaker_open_seconds,
+            rate_limit_wait_seconds=rate_limit_wait_seconds,
+        )
         # (base_url, api_key_env) -> (api key it was made with, provider)
         self._openai: dict[tuple[str | None, str | None], tuple[str, OpenAIProvider]] = {}
         self._retired: list[OpenAIProvider] = []
@@ -291,6 +308,7 @@ class Runtime:
         on_usage: Callable[[int, int], None] | None = None,
         transcript: Transcript | None = None,
         resume: Resume | None = None,
+        prefill: Prefill | None = None,
     ) -> RunOutcome:
         """Run the loop. `on_tokens` gets the running total after each model call, `on_usage`
         the running (prompt, completion) split. `deadline` (event-loop time) is the run's
@@ -299,7 +317,8 @@ class Runtime:
 
         A WRITE call the owner has not auto-approved ends this call PARKED, with the checkpoint
         to resume from (`RunOutcome.parked`); `resume` continues a parked run from it once the
-        owner decided (or the approval expired)."""
+        owner decided (or the approval expired). `prefill` starts a retry run from the failed
+        run's conversation (`runtime.prefill`): its model calls are not made again."""
         record = transcript if transcript is not None else no_transcript()
         loop = _LoopState()
 
@@ -325,7 +344,7 @@ class Runtime:
                 on_usage(loop.prompt_tokens, loop.completion_tokens)
 
         try:
-            provider = await self._provider(ctx.model)
+            await self._provider(ctx.model)  # an unknown provider fails the run before its start
             tools = self.toolset(ctx)
             schemas = [spec.openai_schema() for spec in tools.values()]
             tool_ctx = ToolCallContext(
@@ -341,6 +360,8 @@ class Runtime:
             first = 1
             if resume is None:
                 loop.messages = self._opening(ctx, now)
+                if prefill is not None:
+                    first = _prefilled(loop, prefill)
             else:
                 loop.restore(resume.checkpoint)
                 report()
@@ -368,15 +389,17 @@ class Runtime:
                 )
                 step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
-                    # Before every send: a key variable the rule refuses never leaves.
-                    await self.credentials.check(ctx.model.api_key_env, what=ctx.model.label)
-                    reply = await provider.complete(request)
+                    # The run's model, or the next of its chain when it is down (fallback.py).
+                    answer = await self.fallbacks.complete(
+                        ctx, request, provider_for=self._provider, credentials=self.credentials
+                    )
                 except (ProviderError, CredentialRefused) as exc:
                     refused = _model_error(ctx.model, exc)
                     await record.step_finished(
                         step, StepEnd(error=truncate(refused, MAX_ERROR_CHARS))
                     )
                     return failed(REASON_ERROR, refused)
+                reply = answer.reply
                 loop.tokens += max(reply.tokens_used, 0)
                 prompt, completion = usage_split(reply)
                 loop.prompt_tokens += prompt
@@ -387,11 +410,15 @@ class Runtime:
                         output=step_output(reply.content or ""),
                         prompt_tokens=prompt,
                         completion_tokens=completion,
+                        fallback=answer.fallback,
                     ),
                 )
                 report()
                 if reply.content and reply.content.strip():
                     loop.texts.append(reply.content.strip())
+                over = _over_token_cap(ctx, loop)
+                if over is not None:
+                    return failed(REASON_TOKEN_CAP, over)
                 if not reply.tool_calls:
                     output = truncate(reply.content or "", self._max_output_chars)
                     return RunOutcome(
@@ -593,11 +620,33 @@ class Runtime:
         return truncate(str(result), self._max_tool_result_chars), None
 
 
+def _prefilled(loop: _LoopState, prefill: Prefill) -> int:
+    """Start from a retried run's conversation; returns the first model call still to make."""
+    loop.messages.extend(prefill.messages)
+    loop.texts.extend(prefill.texts)
+    loop.iteration = prefill.iterations
+    return prefill.iterations + 1
+
+
+def _over_token_cap(ctx: RunContext, loop: _LoopState) -> str | None:
+    """After a model call: why the run stops when its tokens passed the agent's cap per run
+    (its own calls only: a retry's reused steps do not count), else None."""
+    cap = ctx.max_tokens_per_run
+    if cap is None or loop.tokens <= cap:
+        return None
+    return (
+        f"the run used {loop.tokens} tokens, past its agent's cap of {cap} tokens per run"
+        " (maxTokensPerRun); it stopped after the model call that passed it"
+    )
+
+
 def _model_error(model: ModelSpec, exc: Exception) -> str:
     """What the owner reads: the model's name and the kind of failure (the provider's message
     holds no URL, host or reply body; those went to the worker log)."""
     if isinstance(exc, CredentialRefused):
         return str(exc)
+    if isinstance(exc, ChainFailed):  # a fallback model failed last
+        return f"{exc.model.label} failed: {exc}"
     return f"{model.label} failed: {exc}"
 
 

@@ -27,13 +27,34 @@ class StepKind(StrEnum):
 
 
 @dataclass(frozen=True)
+class FallbackHop:
+    """One model passed over for the next of its chain: the admin's names, and why."""
+
+    model: str
+    fallback: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class FallbackAnswer:
+    """A model call answered by a fallback model: which (`name`: its provider model name, as
+    steps name models; `model_id`: its row, for the price) and the hops that led to it."""
+
+    name: str
+    model_id: int | None
+    hops: tuple[FallbackHop, ...]
+
+
+@dataclass(frozen=True)
 class StepEnd:
-    """How a step ended: its output (bounded), the error if it failed, the tokens it cost."""
+    """How a step ended: its output (bounded), the error if it failed, the tokens it cost;
+    `fallback` when a fallback model answered the model call."""
 
     output: str | None = None
     error: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    fallback: FallbackAnswer | None = None
 
 
 class Transcript(Protocol):

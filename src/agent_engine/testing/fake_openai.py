@@ -15,6 +15,13 @@ Which reply a request gets: the next queued reply (`enqueue`, or `script([...])`
 script function's answer (`script(fn)`, fn(request_json) -> FakeReply | str | dict), else the
 default: an instant "ok" with usage, which is what benchmarks want.
 
+Per model (the request's `model`), a failure script comes before all of that: `fail_model(
+"gpt-a", unavailable(times=3))` answers that model's next three requests with 503, then lets them
+through; `times=None` fails forever. The scripts: `unavailable` (503), `rate_limited` (429),
+`server_error` (500), `hang` (no answer until the server stops), `bad_request` (400) and
+`context_too_long` (400, `context_length_exceeded`, as OpenAI says it). `requests_for(model)`
+and `max_active_for(model)` tell what each model was asked.
+
 For load: a reply may be slow (`delay_seconds`, or a slow default: `FakeOpenAIServer(default=
 text_reply("ok", delay_seconds=5))`), the server counts the requests in progress
 (`active_requests`, `max_active_requests`), and `hold()` keeps every reply waiting until
@@ -67,6 +74,8 @@ class FakeReply:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     include_usage: bool = True
+    # The error's `code` (OpenAI's, e.g. "context_length_exceeded").
+    error_code: str | None = None
     # How long the client should wait before retrying an error (`retry-after-ms`, what OpenAI
     # sends); short by default so retry tests are fast.
     retry_after_ms: int | None = 10
@@ -112,6 +121,51 @@ def error_reply(status: int = 500, message: str = "scripted failure", **kwargs: 
 
 INSTANT_REPLY = FakeReply(content="ok")
 
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A failure script for one model: `reply` for its next `times` requests (None: forever)."""
+
+    reply: FakeReply
+    times: int | None = None
+
+
+def unavailable(times: int | None = None, **kwargs: Any) -> ModelFailure:
+    """503 "overloaded" (what a provider in an outage answers)."""
+    return ModelFailure(error_reply(503, "the model is overloaded", **kwargs), times)
+
+
+def rate_limited(times: int | None = None, **kwargs: Any) -> ModelFailure:
+    """429, with the usual short `retry-after-ms` unless given."""
+    return ModelFailure(error_reply(429, "rate limit reached", **kwargs), times)
+
+
+def server_error(times: int | None = None, status: int = 500, **kwargs: Any) -> ModelFailure:
+    return ModelFailure(error_reply(status, "internal error", **kwargs), times)
+
+
+def hang(times: int | None = None) -> ModelFailure:
+    """No answer (until the server stops): the client's timeout decides."""
+    return ModelFailure(text_reply("too late", delay_seconds=24 * 3600), times)
+
+
+def bad_request(times: int | None = None) -> ModelFailure:
+    return ModelFailure(error_reply(400, "invalid request: scripted", retry_after_ms=None), times)
+
+
+def context_too_long(times: int | None = None) -> ModelFailure:
+    return ModelFailure(
+        error_reply(
+            400,
+            "This model's maximum context length is 8192 tokens; your messages resulted in"
+            " 9000 tokens.",
+            retry_after_ms=None,
+            error_code="context_length_exceeded",
+        ),
+        times,
+    )
+
+
 ScriptResult = FakeReply | str | dict[str, Any]
 Script = Callable[[dict[str, Any]], ScriptResult]
 
@@ -132,6 +186,10 @@ class FakeOpenAIServer(ServerThread):
         self._counter = itertools.count(1)
         self._active = 0
         self._max_active = 0
+        # Per model: its failure script (with the failures still to give), requests in flight.
+        self._failures: dict[str, list[Any]] = {}
+        self._active_by_model: dict[str, int] = {}
+        self._max_active_by_model: dict[str, int] = {}
         # Bytes of "x" sent by flood replies (a client that stopped reading stops it growing).
         self.flood_sent_bytes = 0
         # Set on the server's loop only (via call_soon_threadsafe); created per start.
@@ -155,11 +213,32 @@ class FakeOpenAIServer(ServerThread):
             self._queue.extend(replies)
         return self
 
+    def fail_model(self, model: str, failure: ModelFailure | None) -> FakeOpenAIServer:
+        """Answer `model`'s requests with `failure` (before any other script); None: stop."""
+        with self._lock:
+            if failure is None:
+                self._failures.pop(model, None)
+            else:
+                self._failures[model] = [failure.reply, failure.times]
+        return self
+
+    def requests_for(self, model: str) -> list[dict[str, Any]]:
+        """The requests received for `model`, in order."""
+        with self._lock:
+            return [body for body in self._requests if body.get("model") == model]
+
+    def max_active_for(self, model: str) -> int:
+        """The most requests for `model` in progress at once."""
+        with self._lock:
+            return self._max_active_by_model.get(model, 0)
+
     def reset(self) -> None:
-        """Forget the script, the queue and the recorded requests."""
+        """Forget the script, the queue, the failure scripts and the recorded requests."""
         with self._lock:
             self._queue.clear()
             self._script = None
+            self._failures.clear()
+            self._max_active_by_model.clear()
             self._requests.clear()
             self._headers.clear()
 
@@ -295,16 +374,27 @@ class FakeOpenAIServer(ServerThread):
             self._requests.append(body)
             self._headers.append(dict(request.headers))
             number = next(self._counter)
-            queued = self._queue.popleft() if self._queue else None
+            model = str(body.get("model"))
+            failed = self._failure_for(model)
+            queued = self._queue.popleft() if self._queue and failed is None else None
             script = self._script
             self._active += 1
             self._max_active = max(self._max_active, self._active)
+            in_flight = self._active_by_model.get(model, 0) + 1
+            self._active_by_model[model] = in_flight
+            self._max_active_by_model[model] = max(
+                self._max_active_by_model.get(model, 0), in_flight
+            )
         try:
             if body.get("stream"):
                 return _error(400, "FakeOpenAIServer does not stream", "invalid_request_error")
-            result: ScriptResult = (
-                queued if queued is not None else script(body) if script else self.default
-            )
+            result: ScriptResult
+            if failed is not None:
+                result = failed
+            elif queued is not None:
+                result = queued
+            else:
+                result = script(body) if script else self.default
             if isinstance(result, dict):
                 return JSONResponse(result)
             reply = FakeReply(content=result) if isinstance(result, str) else result
@@ -316,7 +406,7 @@ class FakeOpenAIServer(ServerThread):
                 if reply.retry_after is not None:
                     headers["retry-after"] = reply.retry_after
                 kind = "server_error" if reply.status >= 500 else "invalid_request_error"
-                return _error(reply.status, reply.error_message, kind, headers)
+                return _error(reply.status, reply.error_message, kind, headers, reply.error_code)
             if reply.raw_body is not None:
                 return Response(
                     reply.raw_body, status_code=reply.status, media_type=reply.content_type
@@ -332,6 +422,20 @@ class FakeOpenAIServer(ServerThread):
         finally:
             with self._lock:
                 self._active -= 1
+                self._active_by_model[model] -= 1
+
+    def _failure_for(self, model: str) -> FakeReply | None:
+        """The model's scripted failure for this request, if any (under the lock)."""
+        script = self._failures.get(model)
+        if script is None:
+            return None
+        reply, left = script
+        if left is not None:
+            if left <= 0:
+                del self._failures[model]
+                return None
+            script[1] = left - 1
+        return reply if isinstance(reply, FakeReply) else None
 
     async def _flood(self, completion: dict[str, Any], size: int | None) -> AsyncIterator[bytes]:
         completion["choices"][0]["message"]["content"] = FLOOD_MARK
@@ -386,10 +490,14 @@ FLOOD_CHUNK_BYTES = 64 * 1024
 
 
 def _error(
-    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+    status: int,
+    message: str,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+    code: str | None = None,
 ) -> Response:
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": None}},
+        {"error": {"message": message, "type": kind, "param": None, "code": code}},
         status_code=status,
         headers=dict(headers or {}),
     )

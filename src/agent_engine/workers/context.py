@@ -71,6 +71,8 @@ class WorkerContext:
                 model_timeout_seconds=self.settings.model_timeout_seconds,
                 tool_timeout_seconds=self.settings.tool_timeout_seconds,
                 model_concurrency=self.settings.runs_in_flight,
+                breaker_open_seconds=self.settings.model_breaker_open_seconds,
+                rate_limit_wait_seconds=self.settings.model_fallback_wait_seconds,
                 credentials=CredentialGuard(
                     self.engine, allowed_prefixes=self.settings.credential_prefixes
                 ),

@@ -50,6 +50,8 @@ async def test_second_unfinished_run_is_refused_but_skipped_is_accepted(
         ({"state": "succeeded", "reason": "error"}, "ck_agent_runs_reason_fits_state"),
         ({"state": "queued", "reason": "already_running"}, "ck_agent_runs_reason_fits_state"),
         ({"state": "failed", "reason": "gremlins"}, "ck_agent_runs_reason"),
+        ({"state": "skipped", "reason": "token_cap"}, "ck_agent_runs_reason_fits_state"),
+        ({"state": "failed", "reason": "agent_budget_exceeded"}, "ck_agent_runs_reason_fits_state"),
     ],
 )
 async def test_bad_state_trigger_or_reason_is_refused(
@@ -68,6 +70,8 @@ async def test_bad_state_trigger_or_reason_is_refused(
         ("failed", "iteration_cap"),
         ("failed", "error"),
         ("failed", "stale"),
+        ("failed", "token_cap"),
+        ("skipped", "agent_budget_exceeded"),
         ("succeeded", None),
         ("running", None),
     ],
@@ -247,3 +251,17 @@ async def test_notify_on_insert_and_state_change_but_not_on_heartbeat(
         assert received.empty()
     finally:
         await listener.close()
+
+
+async def test_a_run_is_retried_at_most_once_and_caps_are_positive(factories: Factories) -> None:
+    agent = await factories.agent()
+    failed = await factories.run(agent["id"], state="failed", reason="error")
+    retry = await factories.run(
+        agent["id"], state="failed", reason="error", trigger="retry", retry_of=failed["id"]
+    )
+    assert retry["retry_of"] == failed["id"]
+    with pytest.raises(IntegrityError, match="uq_agent_runs_retry_of"):
+        await factories.run(agent["id"], state="succeeded", trigger="retry", retry_of=failed["id"])
+    for column in ("weekly_token_cap", "max_tokens_per_run"):
+        with pytest.raises(IntegrityError, match=f"ck_agents_{column}_positive"):
+            await factories.agent(**{column: 0})

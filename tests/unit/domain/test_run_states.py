@@ -28,7 +28,7 @@ Q, R, S, F, K = (
 
 def test_values_are_the_stored_lower_case_codes() -> None:
     assert [s.value for s in RunState] == ["queued", "running", "succeeded", "failed", "skipped"]
-    assert [t.value for t in RunTrigger] == ["manual", "scheduled"]
+    assert [t.value for t in RunTrigger] == ["manual", "scheduled", "retry"]
     assert [r.value for r in RunReason] == [
         "budget_exceeded",
         "already_running",
@@ -36,6 +36,8 @@ def test_values_are_the_stored_lower_case_codes() -> None:
         "error",
         "stale",
         "cancelled",
+        "token_cap",
+        "agent_budget_exceeded",
     ]
 
 
@@ -48,8 +50,24 @@ def test_unfinished_and_terminal_states_partition_all_states() -> None:
 @pytest.mark.parametrize(
     ("state", "fitting"),
     [
-        (K, {RunReason.BUDGET_EXCEEDED, RunReason.ALREADY_RUNNING}),
-        (F, {RunReason.ITERATION_CAP, RunReason.ERROR, RunReason.STALE, RunReason.CANCELLED}),
+        (
+            K,
+            {
+                RunReason.BUDGET_EXCEEDED,
+                RunReason.ALREADY_RUNNING,
+                RunReason.AGENT_BUDGET_EXCEEDED,
+            },
+        ),
+        (
+            F,
+            {
+                RunReason.ITERATION_CAP,
+                RunReason.ERROR,
+                RunReason.STALE,
+                RunReason.CANCELLED,
+                RunReason.TOKEN_CAP,
+            },
+        ),
         (Q, set()),
         (R, set()),
         (S, set()),

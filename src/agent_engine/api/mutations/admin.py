@@ -4,6 +4,8 @@ owners). An admin pauses (`setAdminPaused`) rather than switching an agent off."
 from __future__ import annotations
 
 import strawberry
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents import admin as admin_service
 from agent_engine.agents import admin_rules
@@ -100,6 +102,12 @@ class AdminMutation:
             problem := admin_rules.max_concurrent_runs_problem(limit)
         ):
             raise BadUserInput("input.maxConcurrentRuns", problem)
+        fallback_id = (
+            parse_id(input.fallback_model_id, FALLBACK_FIELD)
+            if input.fallback_model_id is not None
+            and input.fallback_model_id is not strawberry.UNSET
+            else None
+        )
         draft = admin_service.ModelDraft(
             name=checked_text("input.name", input.name, MODEL_FIELD_MAX_CHARS),
             provider=input.provider,
@@ -109,6 +117,8 @@ class AdminMutation:
             is_default=input.is_default,
             max_concurrent_runs=None if limit is strawberry.UNSET else limit,
             keep_max_concurrent_runs=limit is strawberry.UNSET,
+            fallback_model_id=fallback_id,
+            keep_fallback=input.fallback_model_id is strawberry.UNSET,
         )
         prices = price_changes(input)
         async with transaction(info) as conn:
@@ -119,6 +129,8 @@ class AdminMutation:
                 raise BadUserInput("input.apiKeyEnv", problem)
             saved = await admin_service.upsert_model(conn, model_id, draft, actor_id=viewer.user_id)
             await admin_service.set_model_prices(conn, saved.id, prices)
+            if input.fallback_model_id is not strawberry.UNSET:
+                await _set_fallback(conn, saved.id, fallback_id)
             row = await catalog.fetch_model(conn, saved.id)
             if row is None:  # saved in this transaction: it cannot be gone
                 raise Missing("model", saved.id)
@@ -163,3 +175,40 @@ class AdminMutation:
             if row is None:  # changed in this transaction: it cannot be gone
                 raise Missing("tool", ident)
         return Tool.from_row(row)
+
+
+FALLBACK_FIELD = "input.fallbackModelId"
+
+
+async def _set_fallback(conn: AsyncConnection, model_id: int, fallback_id: int | None) -> None:
+    """The model's fallback, in the upsert's transaction: another model of the list (key-share
+    locked, so it cannot be removed before the commit), never one whose chain comes back to this
+    model — the database's trigger decides that under its lock, so two admins closing a loop
+    from both ends at once cannot both succeed."""
+    if fallback_id is None:
+        await catalog.set_model_fallback(conn, model_id, None)
+        return
+    if fallback_id == model_id:
+        raise BadUserInput(FALLBACK_FIELD, "must be another model than this one")
+    if not await catalog.share_model(conn, fallback_id):
+        raise BadUserInput(FALLBACK_FIELD, f"no model {fallback_id} on the allowed list")
+    try:
+        async with conn.begin_nested():
+            await catalog.set_model_fallback(conn, model_id, fallback_id)
+    except IntegrityError as exc:
+        if _constraint_of(exc) != catalog.FALLBACK_CYCLE_CONSTRAINT:
+            raise
+        raise BadUserInput(
+            FALLBACK_FIELD,
+            f"model {fallback_id}'s fallback chain comes back to this model (a chain must end)",
+        ) from exc
+
+
+def _constraint_of(exc: IntegrityError) -> str | None:
+    cause: BaseException | None = exc.orig
+    while cause is not None:
+        name = getattr(cause, "constraint_name", None)
+        if isinstance(name, str):
+            return name
+        cause = cause.__cause__
+    return None

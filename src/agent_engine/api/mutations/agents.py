@@ -29,7 +29,7 @@ from agent_engine.api.guards import (
 from agent_engine.api.ids import parse_id
 from agent_engine.api.inputs import CreateAgentInput, UpdateAgentInput
 from agent_engine.api.mutations.common import fresh_agent, owned_agent, transaction
-from agent_engine.api.mutations.validation import parse_tool_ids, schedule_json
+from agent_engine.api.mutations.validation import parse_tool_ids, schedule_json, token_cap
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.state import services
 from agent_engine.api.types.agents import Agent
@@ -80,6 +80,8 @@ class AgentMutation:
             tool_ids=parse_tool_ids(input.tool_ids or [], "input.toolIds"),
             enabled=input.enabled,
             meta=checked_meta("input.meta", input.meta),
+            weekly_token_cap=token_cap("input.weeklyTokenCap", input.weekly_token_cap),
+            max_tokens_per_run=token_cap("input.maxTokensPerRun", input.max_tokens_per_run),
         )
         async with transaction(info) as conn:
             try:
@@ -128,6 +130,12 @@ class AgentMutation:
             changes["model_id"] = parse_id(input.model_id, "input.modelId")
         if input.meta is not strawberry.UNSET:
             changes["meta"] = checked_meta("input.meta", input.meta)
+        if input.weekly_token_cap is not strawberry.UNSET:
+            changes["weekly_token_cap"] = token_cap("input.weeklyTokenCap", input.weekly_token_cap)
+        if input.max_tokens_per_run is not strawberry.UNSET:
+            changes["max_tokens_per_run"] = token_cap(
+                "input.maxTokensPerRun", input.max_tokens_per_run
+            )
         async with transaction(info) as conn:
             if changes:
                 try:

@@ -92,3 +92,15 @@ def zone_name(field: str, value: str | None) -> str:
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise BadUserInput(field, f"unknown IANA time zone {value[:64]!r}") from exc
     return value
+
+
+def token_cap(field: str, value: int | None) -> int | None:
+    """An agent's token cap (`weeklyTokenCap`, `maxTokensPerRun`): a positive number of tokens,
+    or None (no cap)."""
+    if value is None:
+        return None
+    if value <= 0:
+        raise BadUserInput(
+            field, f"must be a positive number of tokens, or null for no cap (got {value})"
+        )
+    return value

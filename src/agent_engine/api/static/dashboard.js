@@ -210,7 +210,14 @@
   const state = {
     token: null,
     viewer: null,
-    features: { forecast: false, adminSpend: false, approvals: false },
+    features: {
+      forecast: false,
+      adminSpend: false,
+      approvals: false,
+      caps: false,
+      retry: false,
+      fallback: false,
+    },
     agents: new Map(), // id → agent
     feed: new Map(), // run id → { run, node }
     socket: null,
@@ -220,6 +227,9 @@
   const FEATURES_QUERY = `query DashboardFeatures {
     query: __type(name: "Query") { fields { name } }
     budget: __type(name: "Budget") { fields { name } }
+    agent: __type(name: "Agent") { fields { name } }
+    run: __type(name: "Run") { fields { name } }
+    runStep: __type(name: "RunStep") { fields { name } }
   }`;
 
   const VIEWER_QUERY = `query DashboardViewer {
@@ -233,6 +243,9 @@
       ? "forecast { projectedTokens exhaustsAt agentsWithoutHistory }"
       : "";
     const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    const caps = state.features.caps ? "usedTokensThisWeek weeklyTokenCap maxTokensPerRun" : "";
+    // Which model answered each model call of the last run (a fallback's steps are marked).
+    const fallbackSteps = state.features.fallback ? "steps { kind name fallback }" : "";
     const approvals = state.features.approvals
       ? `approvals: toolApprovals(first: 50, status: PENDING) {
           edges { node { id input expiresAt tool { name } run { id }
@@ -242,9 +255,9 @@
     return `query DashboardOwner {
       viewer {
         agents {
-          id name status nextRunAt adminPauseNote
+          id name status nextRunAt adminPauseNote ${caps}
           activeRun { ${RUN_FIELDS} ${waiting} }
-          lastRun { ${RUN_FIELDS} }
+          lastRun { ${RUN_FIELDS} ${fallbackSteps} }
         }
         budget { usedTokens capTokens remainingTokens exceeded windowStart windowEnd ${forecast} }
       }
@@ -312,6 +325,9 @@
       state.features.forecast = hasField(features.budget, "forecast");
       state.features.adminSpend = hasField(features.query, "adminSpend");
       state.features.approvals = hasField(features.query, "toolApprovals");
+      state.features.caps = hasField(features.agent, "usedTokensThisWeek");
+      state.features.retry = hasField(features.run, "retryOf");
+      state.features.fallback = hasField(features.runStep, "fallback");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -540,10 +556,18 @@
           agent.adminPauseNote
             ? el("span", { class: "note", text: `paused by an admin: ${agent.adminPauseNote}` })
             : null,
+          capsNote(agent),
         ),
         el("td", {}, pill(agent.status)),
         el("td", {}, agent.nextRunAt ? when(agent.nextRunAt) : "–"),
-        el("td", {}, last ? pill(last.state) : "–", " ", last ? when(last.finishedAt || last.createdAt) : ""),
+        el(
+          "td",
+          {},
+          last ? pill(last.state) : "–",
+          " ",
+          last ? when(last.finishedAt || last.createdAt) : "",
+          fallbackNote(last),
+        ),
         el(
           "td",
           {},
@@ -553,11 +577,80 @@
             "data-action": "start",
             onclick: () => startRun(agent),
           }),
+          retryable(agent)
+            ? el("button", {
+                type: "button",
+                text: "Retry",
+                title: "Continue the failed run from its last completed step",
+                "data-action": "retry",
+                onclick: () => retryRun(agent, agent.lastRun),
+              })
+            : null,
         ),
       );
     });
     replaceRows($("#agents tbody"), rows);
     $("#agents-empty").hidden = agents.length > 0;
+  }
+
+  // The model calls of a run that a fallback model answered (its model was down).
+  function fallbackNote(run) {
+    if (!run || !run.steps) return null;
+    const answered = run.steps.filter((step) => step.kind === "MODEL_CALL" && step.fallback);
+    if (answered.length === 0) return null;
+    const models = [...new Set(answered.map((step) => step.name))].join(", ");
+    const calls = answered.length === 1 ? "1 model call" : `${answered.length} model calls`;
+    return el("span", {
+      class: "note",
+      "data-fallback": "true",
+      text: `${calls} answered by the fallback ${models} (its model was down)`,
+    });
+  }
+
+  // The agent's own caps: its tokens this budget week against its weekly cap, its cap per run.
+  function capsNote(agent) {
+    if (!state.features.caps) return null;
+    const week =
+      agent.weeklyTokenCap === null || agent.weeklyTokenCap === undefined
+        ? `${number(agent.usedTokensThisWeek)} tokens this week`
+        : `${number(agent.usedTokensThisWeek)} of ${number(agent.weeklyTokenCap)} tokens this week`;
+    const perRun =
+      agent.maxTokensPerRun === null || agent.maxTokensPerRun === undefined
+        ? ""
+        : `; at most ${number(agent.maxTokensPerRun)} per run`;
+    const spent =
+      agent.weeklyTokenCap !== null &&
+      agent.weeklyTokenCap !== undefined &&
+      agent.usedTokensThisWeek >= agent.weeklyTokenCap;
+    return el("span", {
+      class: "note",
+      "data-caps": spent ? "spent" : "open",
+      text: week + perRun + (spent ? " (cap reached: starts are skipped)" : ""),
+    });
+  }
+
+  // A failed run that broke (ERROR or STALE), while nothing else of the agent is unfinished.
+  function retryable(agent) {
+    const last = agent.lastRun;
+    return (
+      state.features.retry &&
+      !agent.activeRun &&
+      last &&
+      last.state === "FAILED" &&
+      (last.reason === "ERROR" || last.reason === "STALE")
+    );
+  }
+
+  async function retryRun(agent, run) {
+    try {
+      const data = await gql(
+        `mutation DashboardRetry($id: ID!) { retryRun(runId: $id) { ${RUN_FIELDS} } }`,
+        { id: run.id },
+      );
+      upsertFeed(data.retryRun, agent);
+    } catch (error) {
+      showError(new Error(`${agent.name}: ${error.message}`));
+    }
   }
 
   async function startRun(agent) {

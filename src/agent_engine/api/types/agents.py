@@ -135,6 +135,20 @@ class Run:
         admin = viewer_is_admin(info)
         return [Delivery.from_row(r, admin=admin) for r in rows]
 
+    @described(description="RETRY runs: the failed run it continues.")
+    async def retry_of(self, info: Info) -> Run | None:
+        if self.row.retry_of is None:
+            return None
+        row = await info.context.loaders.run.load(self.row.retry_of)
+        return None if row is None else Run.from_row(row, owner_id=self.owner_id)
+
+    @described(description="The RETRY run started from this one, if any.")
+    async def retried_by(self, info: Info) -> Run | None:
+        if self.row.state != RunState.FAILED:
+            return None
+        row = await info.context.loaders.retry_of_run.load(self.row.id)
+        return None if row is None else Run.from_row(row, owner_id=self.owner_id)
+
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
         row = await info.context.loaders.agent.load(self.row.agent_id)
@@ -248,6 +262,8 @@ _AGENT_LEAVES = _LeafTable(
     ("meta", "meta", None),
     ("created_at", "created_at", None),
     ("updated_at", "updated_at", None),
+    ("weekly_token_cap", "weekly_token_cap", None),
+    ("max_tokens_per_run", "max_tokens_per_run", None),
 )
 # The Agent fields a page of narrow agent rows can serve (with its relations prefetched), by
 # GraphQL name, with the columns each needs; any other field needs the whole row.
@@ -272,6 +288,18 @@ class Agent:
     meta: JSON | None
     created_at: datetime
     updated_at: datetime
+    weekly_token_cap: int | None = strawberry.field(
+        description=(
+            "The owner's cap on this agent's tokens per budget week; once spent, its starts are "
+            "SKIPPED / AGENT_BUDGET_EXCEEDED. null = none (the owner's cap still holds)."
+        )
+    )
+    max_tokens_per_run: int | None = strawberry.field(
+        description=(
+            "A run that passes this many tokens stops FAILED / TOKEN_CAP, keeping its "
+            "transcript. null = none."
+        )
+    )
     # The request's loaders: the fields a page prefetches (`relations`) load through them when
     # they were not, without asking for an `Info` (one per field and agent costs a page more than
     # the field).
@@ -399,6 +427,10 @@ class Agent:
     async def expected_tokens_per_run(self, info: Info) -> int | None:
         return await info.context.loaders.expected_tokens.load(self.row.id)
 
+    @described(description="This agent's tokensUsed in the current budget week.")
+    async def used_tokens_this_week(self) -> int:
+        return await self.loaders.agent_week_tokens.load(self.row.id)
+
     async def _load_run(self, loader: DataLoader[int, RunRow | None]) -> Run | None:
         row = await loader.load(self.row.id)
         return self._run(row) if row else None
@@ -473,6 +505,19 @@ class RunStep:
     completion_tokens: int | None
     started_at: datetime
     finished_at: datetime | None
+    fallback: bool = strawberry.field(
+        default=False,
+        description=(
+            "MODEL_CALL: true when a fallback model answered (name is the model that answered)."
+        ),
+    )
+    reused: bool = strawberry.field(
+        default=False,
+        description=(
+            "A RETRY run's step carried over from the failed run (not made again, not counted "
+            "again)."
+        ),
+    )
 
     @classmethod
     def from_row(cls, row: StepRow, *, owner_view: bool) -> RunStep:
@@ -490,6 +535,8 @@ class RunStep:
             completion_tokens=row.completion_tokens,
             started_at=row.started_at,
             finished_at=row.finished_at,
+            fallback=row.fallback,
+            reused=row.reused,
         )
 
     @described(

@@ -54,6 +54,19 @@ class AgentModel:
             output_price_per_million=decimal_text_or_none(row.output_price_per_million),
         )
 
+    @described(
+        description=(
+            "Answers this model's calls when it is down: rate-limited past the wait, 5xx, timed"
+            " out or unreachable — never for a request it refused (4xx). Visible to everyone;"
+            " set by admins."
+        )
+    )
+    async def fallback_model(self, info: Info) -> AgentModel | None:
+        if self.row.fallback_model_id is None:
+            return None
+        row = await info.context.loaders.model.load(self.row.fallback_model_id)
+        return AgentModel.from_row(row) if row is not None else None
+
     # Where a model lives and which variable holds its key are the operator's business.
     @described(
         description=(

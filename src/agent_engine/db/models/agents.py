@@ -42,6 +42,14 @@ class Agent(Base):
         ),
         # A hidden (deleted) agent is switched off: the gate stays closed, it never runs again.
         CheckConstraint("deleted_at IS NULL OR NOT enabled", name="hidden_is_switched_off"),
+        # The owner's caps on the agent's tokens (e0012_runs_recover); NULL = none.
+        CheckConstraint(
+            "weekly_token_cap IS NULL OR weekly_token_cap > 0", name="weekly_token_cap_positive"
+        ),
+        CheckConstraint(
+            "max_tokens_per_run IS NULL OR max_tokens_per_run > 0",
+            name="max_tokens_per_run_positive",
+        ),
         # The purge of hidden agents reads only them.
         Index(
             "ix_agents_deleted_at",
@@ -75,6 +83,9 @@ class Agent(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Why an admin paused it, shown to the owner; only while paused (a CHECK of e0005_operators).
     admin_pause_note: Mapped[str | None] = mapped_column(Text)
+    # The owner's caps: tokens per budget week, tokens per run (e0012_runs_recover).
+    weekly_token_cap: Mapped[int | None] = mapped_column(BigInteger)
+    max_tokens_per_run: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class AgentTool(Base):

@@ -63,6 +63,11 @@ class AgentModel(Base):
             )
             for column in ("input_price_per_million", "output_price_per_million")
         ),
+        Index(
+            "ix_agent_models_fallback_model_id",
+            "fallback_model_id",
+            postgresql_where=text("fallback_model_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -78,6 +83,11 @@ class AgentModel(Base):
     # Prices per million prompt / completion tokens in the platform currency; NULL = not priced.
     input_price_per_million: Mapped[Decimal | None] = mapped_column(Numeric)
     output_price_per_million: Mapped[Decimal | None] = mapped_column(Numeric)
+    # Answers this model's calls while it is down; NULL = none. No cycles (a trigger,
+    # p0005_model_fallback); removing the fallback model clears it.
+    fallback_model_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("agent_models.id", ondelete="SET NULL")
+    )
 
 
 class Tool(Base):

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKey,
@@ -124,6 +125,11 @@ class AgentRun(Base):
     # Set while the run waits for its owner's approval of a write-tool call (no worker holds it;
     # the reaper and the wall-clock limit leave it alone); NULL otherwise. e0007_mcp_tools.
     parked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A retry run: the failed run it continues. UNIQUE: a run is retried at most once
+    # (e0012_runs_recover).
+    retry_of: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("agent_runs.id", ondelete="SET NULL"), unique=True
+    )
 
 
 class AgentRunStep(Base):
@@ -146,3 +152,10 @@ class AgentRunStep(Base):
     completion_tokens: Mapped[int | None] = mapped_column(BigInteger)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A model call a fallback model answered (`name` is that model's); e0011_model_fallback.
+    fallback: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    # The model that answered a fallback step (no foreign key: the run's cost is fixed at finish).
+    model_id: Mapped[int | None] = mapped_column(BigInteger)
+    # A retry run's step carried over from the failed run: not made again, its tokens counted
+    # nowhere (e0012_runs_recover).
+    reused: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -17,9 +18,27 @@ Message = dict[str, Any]
 CHARS_PER_TOKEN = 4
 
 
+# Why a model counts as down (a fallback model may answer instead): the `cause` label of
+# `agent_engine_model_fallbacks_total`. A request the model refused has no such cause.
+CAUSE_RATE_LIMITED = "rate_limited"  # 429 (or 503) past the wait
+CAUSE_SERVER_ERROR = "server_error"  # 5xx after the retries
+CAUSE_TIMEOUT = "timeout"
+CAUSE_UNREACHABLE = "unreachable"
+# Not a failure of the call: the model's circuit breaker is open (it was down a moment ago).
+CAUSE_BREAKER_OPEN = "breaker_open"
+
+
 class ProviderError(Exception):
     """A model call failed (HTTP error, timeout, unreachable, malformed reply). The message is
-    meant for the run journal's `error` column: what failed and where, never the API key."""
+    meant for the run journal's `error` column: what failed and where, never the API key.
+
+    `down`: the model is down (one of the `CAUSE_*` above), after the provider's own retries;
+    None when the model refused the request (4xx, refused credentials, a malformed or oversized
+    reply), which another model would not fix."""
+
+    def __init__(self, message: str, *, down: str | None = None) -> None:
+        super().__init__(message)
+        self.down = down
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,9 @@ class ModelRequest:
     # The run's wall-clock deadline (event-loop time, `loop.time()`): waiting out a rate limit
     # beyond it is pointless. None = the provider's own patience.
     deadline: float | None = None
+    # Called after each attempt that failed as "down" (`ProviderError.down`) and would be
+    # retried: True = stop retrying and raise now (a fallback answers; runtime/fallback.py).
+    give_up: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,10 @@ from agent_engine.bounded_reads import BodyTooLarge, read_capped
 from agent_engine.runtime.providers import wire
 from agent_engine.runtime.providers.backoff import backoff_seconds, retry_after_seconds
 from agent_engine.runtime.providers.base import (
+    CAUSE_RATE_LIMITED,
+    CAUSE_SERVER_ERROR,
+    CAUSE_TIMEOUT,
+    CAUSE_UNREACHABLE,
     ModelReply,
     ModelRequest,
     ProviderError,
@@ -192,7 +196,10 @@ class OpenAIProvider:
                 )
                 raise ProviderError(f"its answer is larger than {exc.limit_bytes} bytes") from exc
             except openai.OpenAIError as exc:
-                failure = ProviderError(failure_kind(exc, timeout_seconds=self.timeout_seconds))
+                down = down_cause(exc)
+                failure = ProviderError(
+                    failure_kind(exc, timeout_seconds=self.timeout_seconds), down=down
+                )
                 rate_limited = (
                     isinstance(exc, openai.APIStatusError)
                     and exc.status_code in RATE_LIMIT_STATUSES
@@ -203,6 +210,10 @@ class OpenAIProvider:
                 if not retryable:
                     self._log_failure(exc, request, attempts=attempt + 1)
                     raise failure from exc
+                if down is not None and request.give_up is not None and request.give_up():
+                    # Known down meanwhile (other calls failed too): its fallback answers now.
+                    self._log_failure(exc, request, attempts=attempt + 1)
+                    raise failure from exc
                 attempt += 1
                 transient_retries += 0 if rate_limited else 1
                 wait = _wait_seconds(exc, attempt, self._rng)
@@ -211,7 +222,8 @@ class OpenAIProvider:
                     self._log_failure(exc, request, attempts=attempt)
                     raise ProviderError(
                         f"{failure}; gave up after {attempt} attempts over {waited:.0f} s: the"
-                        f" next try ({wait:.0f} s away) would pass the run's wall-clock limit"
+                        f" next try ({wait:.0f} s away) would pass the run's wall-clock limit",
+                        down=down,
                     ) from exc
                 log.info(
                     "model %r at %s answered %s; retrying in %.1f s (attempt %d)",
@@ -249,6 +261,25 @@ def _transient(exc: openai.OpenAIError) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in TRANSIENT_STATUSES
     return isinstance(exc, openai.APIConnectionError)  # includes APITimeoutError
+
+
+def down_cause(exc: openai.OpenAIError) -> str | None:
+    """Why the model counts as down after this failure (a fallback may answer), or None for a
+    request it refused: 400 (bad request, context too long, content filter), 404, 422, and
+    401/403 — refused credentials are a configuration error of this model, which the admin
+    must see and fix, not hide behind another model's answers (and bill)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return CAUSE_TIMEOUT
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        if code == 429:
+            return CAUSE_RATE_LIMITED
+        if code >= 500 or code in (408, 409):
+            return CAUSE_SERVER_ERROR
+        return None
+    if isinstance(exc, openai.APIConnectionError):
+        return CAUSE_UNREACHABLE
+    return None
 
 
 def _wait_seconds(exc: openai.OpenAIError, attempt: int, rng: random.Random) -> float:
