@@ -220,6 +220,7 @@
   const FEATURES_QUERY = `query DashboardFeatures {
     query: __type(name: "Query") { fields { name } }
     budget: __type(name: "Budget") { fields { name } }
+    run: __type(name: "Run") { fields { name } }
   }`;
 
   const VIEWER_QUERY = `query DashboardViewer {
@@ -276,8 +277,10 @@
   function runEventsQuery() {
     // A parked run (a tool call waiting for its owner) comes as RUNNING → RUNNING with it set.
     const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    // The run's trace (tracing on): shown in the feed, linked when the server has a template.
+    const trace = state.features.traceId ? "traceId" : "";
     return `subscription DashboardRunEvents {
-      runEvents { previousState run { ${RUN_FIELDS} ${waiting}
+      runEvents { previousState run { ${RUN_FIELDS} ${waiting} ${trace}
         agent { id name owner { id displayName email } } } }
     }`;
   }
@@ -312,6 +315,7 @@
       state.features.forecast = hasField(features.budget, "forecast");
       state.features.adminSpend = hasField(features.query, "adminSpend");
       state.features.approvals = hasField(features.query, "toolApprovals");
+      state.features.traceId = hasField(features.run, "traceId");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -446,6 +450,26 @@
     refreshSoon();
   }
 
+  // AGENT_ENGINE_TRACE_URL_TEMPLATE, put on the page by the server (validated there: http(s),
+  // with {trace_id}); a trace id is 32 hex digits, checked again before it goes into a URL.
+  const TRACE_URL_TEMPLATE = document.body.dataset.traceUrlTemplate || "";
+  const TRACE_ID = /^[0-9a-f]{32}$/;
+
+  function traceLink(traceId) {
+    if (!traceId || !TRACE_ID.test(traceId)) return null;
+    const label = `trace ${traceId}`;
+    if (!TRACE_URL_TEMPLATE) return el("span", { class: "meta trace", text: label });
+    const href = TRACE_URL_TEMPLATE.split("{trace_id}").join(traceId);
+    return el("a", {
+      class: "meta trace",
+      href,
+      target: "_blank",
+      rel: "noopener noreferrer",
+      "data-trace-id": traceId,
+      text: label,
+    });
+  }
+
   function upsertFeed(run, agent) {
     const known = state.feed.get(run.id);
     if (known && order(known.run) > order(run)) return; // an older state arriving late
@@ -459,6 +483,7 @@
       run.reason ? el("span", { class: "meta", text: run.reason.toLowerCase() }) : null,
       el("span", { class: "meta", text: `${number(run.tokensUsed)} tokens` }),
       el("span", { class: "meta" }, when(run.finishedAt || run.startedAt || run.createdAt)),
+      traceLink(run.traceId),
     );
     const feed = $("#feed");
     if (known) {

@@ -38,6 +38,7 @@ from agent_engine.domain import gate
 from agent_engine.domain.mcp import ApprovalStatus, ToolAccess
 from agent_engine.domain.runs import RunReason, RunState, RunStepKind, RunTrigger
 from agent_engine.domain.schedule import next_slots, parse_schedule
+from agent_engine.observability import tracing
 from agent_engine.runtime.tools.registry import core_tools
 
 _TRIGGERS = {member.value: member for member in RunTrigger}
@@ -134,6 +135,19 @@ class Run:
         rows = await info.context.loaders.deliveries_of_run.load(int(self.id))
         admin = viewer_is_admin(info)
         return [Delivery.from_row(r, admin=admin) for r in rows]
+
+    @described(
+        description=(
+            "The W3C trace id of the run's trace (32 hex digits) when tracing is on; null"
+            " otherwise."
+        )
+    )
+    async def trace_id(self, info: Info) -> str | None:
+        # Off: no query. On: the traceparent its first worker saved (none before it started).
+        if not tracing.ENABLED:
+            return None
+        found = await info.context.loaders.trace_parent.load(self.row.id)
+        return None if found is None else tracing.trace_id_of(found[1])
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
