@@ -393,6 +393,7 @@ CREATE TABLE public.agent_runs (
     completion_tokens bigint DEFAULT '0'::bigint NOT NULL,
     cost numeric,
     parked_at timestamp with time zone,
+    trace_parent text,
     CONSTRAINT ck_agent_runs_reason CHECK (((reason IS NULL) OR (reason = ANY (ARRAY['budget_exceeded'::text, 'already_running'::text, 'iteration_cap'::text, 'error'::text, 'stale'::text, 'cancelled'::text])))),
     CONSTRAINT ck_agent_runs_reason_fits_state CHECK (
 CASE state
