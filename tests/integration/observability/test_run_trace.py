@@ -1,7 +1,7 @@
 """One trace per run: the API request, the queue, the worker, each model and tool call, a park and
 its resume on another worker, and the delivery, exported by the real engine (api under Uvicorn,
 Dramatiq workers on Valkey, the MCP ticket server, the fake model, a webhook receiver) to the
-SDK's in-memory exporter."""
+SDK's in-memory exporter and, once, over OTLP/HTTP to a receiver decoding the protobuf."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import dramatiq
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import StatusCode
 
 from agent_engine.delivery.receiver import WebhookReceiver
 from agent_engine.delivery.signing import new_secret
@@ -21,6 +21,7 @@ from agent_engine.observability import tracing
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, text_reply, tool_reply
 from agent_engine.testing.mcp_tickets import TicketServer
+from agent_engine.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
 from agent_engine.workers.broker import close_broker, send_delivery_tick
 from agent_engine.workers.main import start_worker, stop_worker
 from tests.integration.api.subscriptions.support import Server, running_api
@@ -82,19 +83,65 @@ CONTENT_ATTRIBUTES = {
 }
 
 
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Tracing on for this test, every span kept in memory as it ends."""
-    exporter = InMemorySpanExporter()
-    tracing.configure_tracing("agent-engine-test", exporter=exporter, set_global=False)
-    try:
-        yield exporter
-    finally:
-        tracing.shutdown_tracing()
+class Sink:
+    """Where the test's spans go: the SDK's in-memory exporter, or real OTLP/HTTP to a receiver
+    that decodes the protobuf; read back the same way (`ReceivedSpan`)."""
+
+    def __init__(self, exporter: InMemorySpanExporter | None, receiver: OtlpReceiver | None):
+        self.exporter = exporter
+        self.receiver = receiver
+
+    def spans(self) -> list[ReceivedSpan]:
+        tracing.force_flush()
+        if self.receiver is not None:
+            return self.receiver.spans
+        assert self.exporter is not None
+        return [received(span) for span in self.exporter.get_finished_spans()]
+
+
+def received(span: ReadableSpan) -> ReceivedSpan:
+    """An in-memory span as the receiver would have decoded it."""
+    return ReceivedSpan(
+        name=span.name,
+        kind=span.kind.name,
+        trace_id=hex_id(span.context.trace_id, 32),
+        span_id=hex_id(span.context.span_id, 16),
+        parent_id=hex_id(span.parent.span_id, 16) if span.parent is not None else None,
+        attributes=dict(span.attributes or {}),
+        events=[(e.name, dict(e.attributes or {})) for e in span.events],
+        links=[
+            (hex_id(link.context.trace_id, 32), hex_id(link.context.span_id, 16))
+            for link in span.links
+        ],
+        error=span.status.status_code is StatusCode.ERROR,
+        start_ns=span.start_time or 0,
+        end_ns=span.end_time or 0,
+    )
+
+
+@pytest.fixture(params=["memory", "otlp"])
+def sink(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sink]:
+    """Tracing on for this test: to the in-memory exporter, or over OTLP/HTTP (the standard
+    variable, as an operator sets it) to a local receiver."""
+    if request.param == "memory":
+        exporter = InMemorySpanExporter()
+        tracing.configure_tracing("agent-engine-test", exporter=exporter, set_global=False)
+        try:
+            yield Sink(exporter, None)
+        finally:
+            tracing.shutdown_tracing()
+        return
+    with OtlpReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        assert tracing.configure_tracing("agent-engine-test", set_global=False)
+        try:
+            yield Sink(None, receiver)
+        finally:
+            tracing.shutdown_tracing()
 
 
 @pytest.fixture
-def server(spans: InMemorySpanExporter, settings: Settings) -> Iterator[Server]:
+def server(sink: Sink, settings: Settings) -> Iterator[Server]:
     """The api made after tracing is on (its middleware list reads the flag)."""
     with running_api(settings) as running:
         yield running
@@ -104,16 +151,17 @@ def hex_id(value: int, digits: int) -> str:
     return format(value, f"0{digits}x")
 
 
-def named(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:
+def named(spans: list[ReceivedSpan], prefix: str) -> list[ReceivedSpan]:
     return [s for s in spans if s.name.startswith(prefix)]
 
 
-def parent_of(span: ReadableSpan) -> int | None:
-    return span.parent.span_id if span.parent is not None else None
+def by_id(spans: list[ReceivedSpan], span_id: str | None) -> ReceivedSpan:
+    [found] = [s for s in spans if s.span_id == span_id]
+    return found
 
 
 async def test_a_parked_run_resumed_on_another_worker_and_delivered_is_one_trace(
-    spans: InMemorySpanExporter,
+    sink: Sink,
     settings: Settings,
     broker: dramatiq.Broker,
     admin: Admin,  # noqa: F811
@@ -166,7 +214,7 @@ async def test_a_parked_run_resumed_on_another_worker_and_delivered_is_one_trace
             async def delivered() -> bool:
                 await asyncio.to_thread(send_delivery_tick)
                 await asyncio.sleep(DELIVERY_TICK_SECONDS)
-                return bool(named(list(spans.get_finished_spans()), tracing.DELIVER_SPAN))
+                return bool(named(sink.spans(), tracing.DELIVER_SPAN))
 
             await eventually(delivered, what="the delivery's span")
         finally:
@@ -174,93 +222,78 @@ async def test_a_parked_run_resumed_on_another_worker_and_delivered_is_one_trace
         assert [r.status for r in receiver.received] == [204]
         traced = (await gql.data(RUN, {"id": run_id}, as_user=owner))["run"]
 
-    finished_spans = list(spans.get_finished_spans())
-    [started, resumed] = named(finished_spans, f"invoke_agent {'Ticket clerk'}")
-    trace_id = started.context.trace_id
+    spans = sink.spans()
+    [started, resumed] = named(spans, "invoke_agent Ticket clerk")
+    trace_id = started.trace_id
     # Run.traceId is the run's trace, as a backend shows it (32 hex digits).
-    assert traced["traceId"] == hex_id(trace_id, 32)
+    assert traced["traceId"] == trace_id
 
     # The API request that started the run is in the trace; the message's consumer span is its
     # child, and the run's span the consumer's.
-    [consumer] = [
-        s
-        for s in finished_spans
-        if s.name == "process execute_run" and s.context.trace_id == trace_id
-    ]
-    assert consumer.kind is SpanKind.CONSUMER
-    assert parent_of(started) == consumer.context.span_id
-    request = next(s for s in finished_spans if s.context.span_id == parent_of(consumer))
+    [consumer] = [s for s in named(spans, "process execute_run") if s.trace_id == trace_id]
+    assert consumer.kind == "CONSUMER"
+    assert started.parent_id == consumer.span_id
+    request = by_id(spans, consumer.parent_id)
     # (Its parent is the caller's span: the test's HTTP client is instrumented too.)
-    assert request.kind is SpanKind.SERVER and request.name == "POST /graphql"
+    assert (request.kind, request.name) == ("SERVER", "POST /graphql")
 
     # The park ends the run's span with an event naming the approval (nothing held open).
-    [park] = [e for e in started.events if e.name == tracing.PARKED_EVENT]
-    assert park.attributes is not None
-    assert park.attributes["agent_engine.approval.id"] == waiting["pendingApproval"]["id"]
-    assert park.attributes["gen_ai.tool.name"] == CREATE
-    assert started.end_time is not None and resumed.start_time is not None
-    assert started.end_time <= resumed.start_time
+    [park] = [attrs for name, attrs in started.events if name == tracing.PARKED_EVENT]
+    assert park["agent_engine.approval.id"] == waiting["pendingApproval"]["id"]
+    assert park["gen_ai.tool.name"] == CREATE
+    assert started.end_ns <= resumed.start_ns
 
     # The resume: a new span in the run's trace, its parent the run's first span, linked to
     # the decision's request (its own trace, through the decision's message).
-    assert resumed.context.trace_id == trace_id
-    assert parent_of(resumed) == started.context.span_id
-    [link] = resumed.links
-    decision = next(s for s in finished_spans if s.context.span_id == link.context.span_id)
+    assert resumed.trace_id == trace_id
+    assert resumed.parent_id == started.span_id
+    [(link_trace, link_span)] = resumed.links
+    decision = by_id(spans, link_span)
     assert decision.name == "process execute_run"
-    assert decision.context.trace_id != trace_id
-    decision_request = next(s for s in finished_spans if s.context.span_id == parent_of(decision))
-    assert decision_request.kind is SpanKind.SERVER
+    assert decision.trace_id == link_trace != trace_id
+    assert by_id(spans, decision.parent_id).kind == "SERVER"
 
     # Each model call is a `chat` span of its stretch; the approved call an `execute_tool` span.
-    [chat_before] = [
-        s for s in named(finished_spans, "chat ") if parent_of(s) == started.context.span_id
-    ]
-    [tool] = named(finished_spans, f"execute_tool {CREATE}")
-    [chat_after] = [
-        s for s in named(finished_spans, "chat ") if parent_of(s) == resumed.context.span_id
-    ]
-    assert parent_of(tool) == resumed.context.span_id
+    chats = named(spans, "chat ")
+    [chat_before] = [s for s in chats if s.parent_id == started.span_id]
+    [chat_after] = [s for s in chats if s.parent_id == resumed.span_id]
+    [tool] = named(spans, f"execute_tool {CREATE}")
+    assert tool.parent_id == resumed.span_id
     for span in (chat_before, chat_after):
-        assert span.name == "chat fake-model" and span.kind is SpanKind.CLIENT
-        assert span.attributes is not None
+        assert (span.name, span.kind) == ("chat fake-model", "CLIENT")
         assert set(span.attributes) >= CHAT_ATTRIBUTES
+        assert span.attributes["gen_ai.operation.name"] == "chat"
         assert span.attributes["gen_ai.provider.name"] == "openai"
         assert span.attributes["gen_ai.request.model"] == "fake-model"
-    assert chat_before.attributes is not None and chat_after.attributes is not None
-    assert chat_before.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert tuple(chat_before.attributes["gen_ai.response.finish_reasons"]) == ("tool_calls",)
     assert chat_before.attributes["gen_ai.usage.input_tokens"] == 30
-    assert chat_after.attributes["gen_ai.response.finish_reasons"] == ("stop",)
-    assert tool.attributes is not None
+    assert tuple(chat_after.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
+    assert chat_after.attributes["gen_ai.usage.input_tokens"] == 40
     assert set(tool.attributes) >= TOOL_ATTRIBUTES
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
     assert tool.attributes["gen_ai.tool.name"] == CREATE
     assert tool.attributes["agent_engine.approval.id"] == waiting["pendingApproval"]["id"]
+    assert tool.attributes["agent_engine.tool.authority"] == "SHARED"
     for span in (started, resumed):
-        assert span.attributes is not None
         assert set(span.attributes) >= AGENT_ATTRIBUTES
+        assert span.attributes["gen_ai.operation.name"] == "invoke_agent"
         assert span.attributes["gen_ai.conversation.id"] == run_id
         assert span.attributes["gen_ai.agent.id"] == agent.id
         assert span.attributes["user.id"] == str(owner)
 
     # HTTP to the MCP server (httpx) and SQL (asyncpg) join the trace under the run's spans.
-    tool_http = [
-        s
-        for s in finished_spans
-        if s.kind is SpanKind.CLIENT and parent_of(s) == tool.context.span_id
-    ]
-    assert tool_http, "no HTTP span under the tool call"
-    sql = [
-        s
-        for s in finished_spans
-        if s.context.trace_id == trace_id and s.attributes and "db.system" in s.attributes
-    ]
-    assert sql, "no SQL span in the run's trace"
+    assert [s for s in spans if s.kind == "CLIENT" and s.parent_id == tool.span_id], (
+        "no HTTP span under the tool call"
+    )
+    assert [s for s in spans if s.trace_id == trace_id and "db.system" in s.attributes], (
+        "no SQL span in the run's trace"
+    )
 
     # The delivery joins the run's trace.
-    [deliver] = named(finished_spans, tracing.DELIVER_SPAN)
-    assert deliver.context.trace_id == trace_id
-    assert parent_of(deliver) == started.context.span_id
+    [deliver] = named(spans, tracing.DELIVER_SPAN)
+    assert deliver.trace_id == trace_id
+    assert deliver.parent_id == started.span_id
 
     # Content is off unless enabled: no prompt, output, arguments or result anywhere.
-    for span in finished_spans:
-        assert not CONTENT_ATTRIBUTES & set(span.attributes or {}), span.name
+    for span in spans:
+        assert not CONTENT_ATTRIBUTES & set(span.attributes), span.name
