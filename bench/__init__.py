@@ -17,4 +17,5 @@ SCENARIOS = (
     "retention",
     "mcp_call",
     "hostile",
+    "tracing",
 )
