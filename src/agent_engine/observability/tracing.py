@@ -42,6 +42,7 @@ ENABLED = False
 CAPTURE_CONTENT = False
 
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+DISABLED_INSTRUMENTATIONS_ENV = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
 TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 INSTRUMENTATION_NAME = "agent_engine"
 # service.name of each process (OTEL_SERVICE_NAME overrides).
@@ -169,18 +170,29 @@ def configure_tracing(
             trace.set_tracer_provider(provider)
         _provider = provider
         _tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-        _instrument(provider)
+        _instrument(provider, disabled=_disabled_instrumentations(env))
         CAPTURE_CONTENT = env.get(CAPTURE_CONTENT_ENV, "").strip().lower() in TRUE_WORDS
         ENABLED = True
     log.info("tracing is on (OTLP/HTTP); message content %s", "on" if CAPTURE_CONTENT else "off")
     return True
 
 
-def _instrument(provider: TracerProvider) -> None:
+def _disabled_instrumentations(environ: Mapping[str, str]) -> frozenset[str]:
+    """OTEL_PYTHON_DISABLED_INSTRUMENTATIONS (the Python SDK's own variable): e.g. `asyncpg` to
+    leave SQL out of the traces (most of tracing's cost per run: one span per statement)."""
+    raw = environ.get(DISABLED_INSTRUMENTATIONS_ENV, "")
+    return frozenset(name.strip().lower() for name in raw.split(",") if name.strip())
+
+
+def _instrument(provider: TracerProvider, *, disabled: frozenset[str]) -> None:
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
-    for instrumentor in (AsyncPGInstrumentor(), HTTPXClientInstrumentor()):  # type: ignore[no-untyped-call]
+    chosen = {"asyncpg": AsyncPGInstrumentor, "httpx": HTTPXClientInstrumentor}
+    for name, make in chosen.items():
+        if name in disabled:
+            continue
+        instrumentor = make()  # type: ignore[no-untyped-call]
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=provider)
             _instrumentors.append(instrumentor)
@@ -399,7 +411,7 @@ def record_error(span: Span, exc: BaseException) -> None:
 
 def agent_span(
     *,
-    agent_name: str,
+    agent_name: str | None,
     agent_id: int,
     run_id: int,
     owner_id: int,
@@ -425,7 +437,7 @@ def agent_span(
         if current.is_valid:
             links.append(Link(current, {APPROVAL_ID: approval_id} if approval_id else None))
     return _span(
-        f"{INVOKE_AGENT} {agent_name}",
+        f"{INVOKE_AGENT} {agent_name}" if agent_name else INVOKE_AGENT,
         {
             GEN_AI_OPERATION_NAME: INVOKE_AGENT,
             GEN_AI_AGENT_ID: str(agent_id),
@@ -440,6 +452,13 @@ def agent_span(
         context=context,
         links=links,
     )
+
+
+def name_agent(handle: SpanHandle, agent_name: str | None) -> None:
+    """Name a run's span after its agent, once the name is read (`invoke_agent <agent>`)."""
+    if handle.span is not None and agent_name:
+        handle.span.update_name(f"{INVOKE_AGENT} {agent_name}")
+        handle.span.set_attribute(GEN_AI_AGENT_NAME, agent_name)
 
 
 def chat_span(provider: str, request: Any) -> Any:

@@ -52,22 +52,28 @@ async def traced_run(engine: AsyncEngine, claim: Claim) -> AsyncIterator[TracedR
     if not tracing.ENABLED or ctx is None:
         yield _UNTRACED
         return
-    async with engine.connect() as conn:
-        found = await run_traces.load_run_trace(conn, claim.run_id)
-    saved = found.trace_parent if found is not None else None
     resumed = claim.resumed
+    found = None
+    if resumed is not None:
+        # The resume continues the run's trace: its saved context is the new span's parent.
+        async with engine.connect() as conn:
+            found = await run_traces.load_run_trace(conn, claim.run_id)
+    saved = found.trace_parent if found is not None else None
     with tracing.agent_span(
-        agent_name=found.agent_name if found is not None else str(ctx.agent_id),
+        agent_name=found.agent_name if found is not None else None,
         agent_id=ctx.agent_id,
         run_id=claim.run_id,
         owner_id=ctx.owner_id,
-        resume_of=saved if resumed is not None else None,
+        resume_of=saved,
         approval_id=resumed.approval_id if resumed is not None else None,
     ) as handle:
         if saved is None:
+            # A fresh run (or one parked before tracing was on): this span's context is the
+            # run's from now on; the same statement names the span after its agent.
             traceparent = tracing.current_traceparent()
             if traceparent is not None:
-                await run_traces.save_trace_parent(engine, claim.run_id, traceparent)
+                name = await run_traces.save_trace_parent(engine, claim.run_id, traceparent)
+                tracing.name_agent(handle, name)
         traced = TracedRun(handle)
         yield traced
         handle.set(tracing.RUN_OUTCOME, str(traced.state) if traced.state else None)
