@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.db import direct
+from agent_engine.db.lane import autocommit
+
 # What the run's span is named by, and the trace it continues (a resume).
 LOAD_RUN_TRACE = text(
     "SELECT a.name AS agent_name, r.trace_parent FROM agent_runs r"
@@ -46,12 +49,13 @@ async def load_run_trace(conn: AsyncConnection, run_id: int) -> RunTrace | None:
 
 
 async def save_trace_parent(engine: AsyncEngine, run_id: int, trace_parent: str) -> str | None:
-    """Save the run's traceparent unless it has one; its agent's name (None: run gone)."""
-    async with engine.begin() as conn:
-        name = await conn.scalar(
-            SAVE_TRACE_PARENT, {"run_id": run_id, "trace_parent": trace_parent}
+    """Save the run's traceparent unless it has one; its agent's name (None: run gone). One
+    round trip on the worker's autocommit lane, through asyncpg directly (as the claim)."""
+    async with autocommit(engine) as conn:
+        row = await direct.fetch_one(
+            conn, SAVE_TRACE_PARENT, {"run_id": run_id, "trace_parent": trace_parent}
         )
-    return None if name is None else str(name)
+    return None if row is None else str(row.agent_name)
 
 
 async def pending_approval(engine: AsyncEngine, run_id: int) -> tuple[int, str] | None:
@@ -61,9 +65,9 @@ async def pending_approval(engine: AsyncEngine, run_id: int) -> tuple[int, str] 
 
 
 async def delivery_trace_parent(engine: AsyncEngine, delivery_id: int) -> str | None:
-    async with engine.connect() as conn:
-        value = await conn.scalar(DELIVERY_TRACE_PARENT, {"delivery_id": delivery_id})
-    return None if value is None else str(value)
+    async with autocommit(engine) as conn:
+        row = await direct.fetch_one(conn, DELIVERY_TRACE_PARENT, {"delivery_id": delivery_id})
+    return None if row is None or row.trace_parent is None else str(row.trace_parent)
 
 
 async def trace_parents(conn: AsyncConnection, run_ids: Sequence[int]) -> list[tuple[int, str]]:
