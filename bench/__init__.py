@@ -18,4 +18,5 @@ SCENARIOS = (
     "mcp_call",
     "hostile",
     "fallback",
+    "tracing",
 )

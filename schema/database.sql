@@ -450,6 +450,7 @@ CREATE TABLE public.agent_runs (
     cost numeric,
     parked_at timestamp with time zone,
     retry_of bigint,
+    trace_parent text,
     CONSTRAINT ck_agent_runs_reason CHECK (((reason IS NULL) OR (reason = ANY (ARRAY['budget_exceeded'::text, 'already_running'::text, 'iteration_cap'::text, 'error'::text, 'stale'::text, 'cancelled'::text, 'token_cap'::text, 'agent_budget_exceeded'::text])))),
     CONSTRAINT ck_agent_runs_reason_fits_state CHECK (
 CASE state

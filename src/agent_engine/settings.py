@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_engine.domain.credentials import parse_prefixes
+
+# The one placeholder of AGENT_ENGINE_TRACE_URL_TEMPLATE.
+TRACE_ID_PLACEHOLDER = "{trace_id}"
 
 
 class Settings(BaseSettings):
@@ -197,11 +201,33 @@ class Settings(BaseSettings):
         description="json | console | auto (console for `run`, JSON for serve/worker/clock)",
     )
     log_level: str = Field(default="INFO")
+    trace_url_template: str | None = Field(
+        default=None,
+        description="The dashboard links a run's trace id here: an http(s) URL containing "
+        "`{trace_id}` (e.g. a Grafana Tempo or Jaeger trace view). Tracing itself is the "
+        "standard OTEL_* variables'.",
+    )
 
     @field_validator("database_url")
     @classmethod
     def _asyncpg_url(cls, value: str | None) -> str | None:
         return None if value is None else to_asyncpg_url(value)
+
+    @field_validator("trace_url_template")
+    @classmethod
+    def _trace_url(cls, value: str | None) -> str | None:
+        """An http(s) URL with `{trace_id}` in it (the only placeholder the dashboard fills)."""
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc:
+            raise ValueError("AGENT_ENGINE_TRACE_URL_TEMPLATE must be an http:// or https:// URL")
+        if TRACE_ID_PLACEHOLDER not in value:
+            raise ValueError(
+                f"AGENT_ENGINE_TRACE_URL_TEMPLATE must contain {TRACE_ID_PLACEHOLDER}"
+                " (where the trace id goes)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

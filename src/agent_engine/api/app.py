@@ -73,6 +73,7 @@ from agent_engine.api.state import State, state_of
 from agent_engine.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.db.users import read_user_with_platform
+from agent_engine.observability import tracing, tracing_page
 from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
 from agent_engine.runs.request import Enqueue
@@ -317,7 +318,10 @@ async def dashboard(request: Request) -> Response:
         "frame-ancestors 'none'"
     )
     return HTMLResponse(
-        (STATIC_DIR / "dashboard.html").read_text(),
+        tracing_page.with_trace_url(
+            (STATIC_DIR / "dashboard.html").read_text(),
+            state_of(request)["settings"].trace_url_template,
+        ),
         headers={
             "Content-Security-Policy": policy,
             "Referrer-Policy": "no-referrer",
@@ -415,6 +419,7 @@ def create_app(
             ),
         ],
         middleware=[
+            *tracing.asgi_middleware(),
             Middleware(HttpMetrics),
             Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes),
         ],
@@ -424,6 +429,8 @@ def create_app(
 
 def create_app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` worker processes: each loads Settings itself."""
+    # Before the app: its middleware list reads the flag.
+    tracing.configure_tracing(tracing.API_SERVICE)
     app = create_app(load_settings())
     tune_gc()
     return app

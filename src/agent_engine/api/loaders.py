@@ -26,7 +26,7 @@ from strawberry.dataloader import DataLoader
 
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db
-from agent_engine.db import catalog, deliveries, pages, run_steps
+from agent_engine.db import catalog, deliveries, pages, run_steps, run_traces
 from agent_engine.db import runs as runs_db
 from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db import users as users_db
@@ -126,6 +126,11 @@ class Loaders:
     @functools.cached_property
     def approvals_of_run(self) -> DataLoader[int, list[ApprovalRow]]:
         return self._reads.grouped(_keyed(approvals_db.approvals_of_runs, lambda row: row.run_id))
+
+    @functools.cached_property
+    def trace_parent(self) -> DataLoader[int, tuple[int, str] | None]:
+        """The run's saved trace context (tracing on): (run id, W3C traceparent)."""
+        return self._reads.by_key(run_traces.trace_parents, lambda row: row[0])
 
     # MCP sources of tools, and the tools of sources.
 

@@ -6,6 +6,7 @@ import uvicorn
 
 from agent_engine.collector import tune_gc
 from agent_engine.observability.logging import configure_logging, library_log_level
+from agent_engine.observability.tracing import API_SERVICE, configure_tracing
 from agent_engine.settings import Settings
 
 APP_FACTORY = "agent_engine.api.app:create_app_from_environment"
@@ -13,6 +14,7 @@ APP_FACTORY = "agent_engine.api.app:create_app_from_environment"
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
     log_level = library_log_level(settings, configure_logging(settings))
+    configure_tracing(API_SERVICE)
     if workers > 1:
         # Worker processes cannot receive a live object: each builds its app from the environment.
         uvicorn.run(

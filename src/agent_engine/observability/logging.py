@@ -19,6 +19,7 @@ import sys
 
 import structlog
 
+from agent_engine.observability.tracing import add_trace_ids
 from agent_engine.settings import Settings
 
 JSON = "json"
@@ -42,6 +43,8 @@ def configure_logging(settings: Settings, *, interactive: bool = False) -> str:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        # Inside a span (tracing on), the line carries its trace_id and span_id.
+        add_trace_ids,
     ]
     renderer: structlog.types.Processor
     if log_format == JSON:

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db.run_steps import steps_of_runs
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
-from agent_engine.runs import approvals, model_slots, resume_gate, steps
+from agent_engine.runs import approvals, model_slots, resume_gate, run_trace, steps
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.claim import Claim as Claim
 from agent_engine.runs.claim import claim_run as claim_run
@@ -65,16 +65,19 @@ async def execute_claimed(
     the row).
     """
     try:
-        return await _execute(
-            engine,
-            runtime,
-            claim,
-            now_fn=now_fn,
-            heartbeat_interval=heartbeat_interval,
-            run_timeout=run_timeout,
-            cancels=cancels,
-            approval_timeout_seconds=approval_timeout_seconds,
-        )
+        async with run_trace.traced_run(engine, claim) as traced:
+            return traced.ended(
+                await _execute(
+                    engine,
+                    runtime,
+                    claim,
+                    now_fn=now_fn,
+                    heartbeat_interval=heartbeat_interval,
+                    run_timeout=run_timeout,
+                    cancels=cancels,
+                    approval_timeout_seconds=approval_timeout_seconds,
+                )
+            )
     finally:
         # The run's slot of its model is free (whatever the outcome): the next waiting run gets it.
         if claim.model_limit is not None and claim.model_id is not None and enqueue is not None:
@@ -135,6 +138,7 @@ async def _execute(
             claim_call=functools.partial(
                 resume_gate.claim_call, engine, run_id, resumed.approval_id
             ),
+            approval_id=resumed.approval_id,
         )
     work = asyncio.ensure_future(
         runtime.execute(

@@ -21,6 +21,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from datetime import datetime
 from typing import Any
 
@@ -278,14 +279,20 @@ async def send_after_commit(enqueue: Enqueue, run_ids: Iterable[int]) -> None:
 
         await asyncio.gather(
             *(
-                loop.run_in_executor(executor, send_batch, ids[i : i + SEND_BATCH])
+                loop.run_in_executor(
+                    executor, copy_context().run, send_batch, ids[i : i + SEND_BATCH]
+                )
                 for i in range(0, len(ids), SEND_BATCH)
             )
         )
         return
     threads = max(1, min(SEND_THREADS, len(ids) // SEND_MESSAGES_PER_THREAD_MIN))
     await asyncio.gather(
-        *(loop.run_in_executor(executor, send_all, ids[i::threads]) for i in range(threads))
+        # Each send in a copy of this context: the messages carry the caller's trace (if any).
+        *(
+            loop.run_in_executor(executor, copy_context().run, send_all, ids[i::threads])
+            for i in range(threads)
+        )
     )
 
 

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
+from agent_engine.observability import tracing
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
@@ -126,6 +127,8 @@ class Resume:
     note: str | None
     step_index: int
     claim_call: Callable[[], Awaitable[bool]]
+    # The approval decided (the resumed call's `execute_tool` span names it).
+    approval_id: int | None = None
 
 
 @dataclass
@@ -390,9 +393,11 @@ class Runtime:
                 step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
                     # The run's model, or the next of its chain when it is down (fallback.py).
-                    answer = await self.fallbacks.complete(
-                        ctx, request, provider_for=self._provider, credentials=self.credentials
-                    )
+                    with tracing.chat_span(ctx.model.provider, request) as span:
+                        answer = await self.fallbacks.complete(
+                            ctx, request, provider_for=self._provider, credentials=self.credentials
+                        )
+                        tracing.model_reply(span, answer.reply)
                 except (ProviderError, CredentialRefused) as exc:
                     refused = _model_error(ctx.model, exc)
                     await record.step_finished(
@@ -542,7 +547,7 @@ class Runtime:
             )
         if call.name not in tools:
             return _tool_error(f"the tool '{call.name}' is no longer available")
-        return await self._call_tool(tools, call, tool_ctx)
+        return await self._call_tool(tools, call, tool_ctx, approval_id=resume.approval_id)
 
     def _opening(self, ctx: RunContext, now: datetime) -> list[Message]:
         zone = zone_or_utc(ctx.owner_timezone)
@@ -587,7 +592,12 @@ class Runtime:
         return provider
 
     async def _call_tool(
-        self, tools: dict[str, ToolSpec], call: ToolCall, tool_ctx: ToolCallContext
+        self,
+        tools: dict[str, ToolSpec],
+        call: ToolCall,
+        tool_ctx: ToolCallContext,
+        *,
+        approval_id: int | None = None,
     ) -> tuple[str, str | None]:
         """The result the model sees, and the error when the model's call was refused (for the
         transcript). A tool that cannot answer (timeout, infrastructure) raises ToolFailed."""
@@ -596,6 +606,14 @@ class Runtime:
             return _tool_error(
                 f"unknown tool '{call.name}'; the available tools are {', '.join(sorted(tools))}"
             )
+        with tracing.tool_span(spec, call, approval_id=approval_id) as span:
+            result, error = await self._checked_call(spec, call, tool_ctx)
+            span.result(result, error=error)
+        return result, error
+
+    async def _checked_call(
+        self, spec: ToolSpec, call: ToolCall, tool_ctx: ToolCallContext
+    ) -> tuple[str, str | None]:
         arguments = self._checked_arguments(spec, call)
         if not isinstance(arguments, dict):
             return arguments

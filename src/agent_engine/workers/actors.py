@@ -27,7 +27,8 @@ from agent_engine.db import activity
 from agent_engine.delivery import outbox
 from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.domain.runs import RunState
-from agent_engine.runs import approvals, execute, reaper, retention, scheduler
+from agent_engine.observability import tracing
+from agent_engine.runs import approvals, execute, reaper, retention, run_trace, scheduler
 from agent_engine.runs.execute import Claim
 from agent_engine.runs.request import Enqueue
 from agent_engine.settings import Settings
@@ -126,12 +127,13 @@ async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
 async def schedule_due_agents() -> None:
     context = _require_context()
     try:
-        claimed = await scheduler.schedule_due_agents(
-            context.engine,
-            now=execute.utc_now(),
-            batch_size=context.settings.schedule_batch_size,
-            enqueue=context.enqueue_execute,
-        )
+        with tracing.tick_span(tracing.SCHEDULE_TICK_SPAN):
+            claimed = await scheduler.schedule_due_agents(
+                context.engine,
+                now=execute.utc_now(),
+                batch_size=context.settings.schedule_batch_size,
+                enqueue=context.enqueue_execute,
+            )
     except DATABASE_ERRORS as exc:
         log.warning("schedule tick skipped, the database is unreachable: %s", exc)
         return  # the next tick scans again; nothing was claimed
@@ -221,13 +223,17 @@ async def deliver(delivery_id: int, token: str) -> None:
     settings = context.settings
     context.track_delivery(
         asyncio.ensure_future(
-            outbox.deliver(
+            run_trace.in_delivery_trace(
                 context.engine,
-                context.http,
                 delivery_id,
-                token,
-                schedule=settings.delivery_retry_schedule,
-                attempt_timeout=timedelta(seconds=settings.delivery_timeout_seconds),
+                outbox.deliver(
+                    context.engine,
+                    context.http,
+                    delivery_id,
+                    token,
+                    schedule=settings.delivery_retry_schedule,
+                    attempt_timeout=timedelta(seconds=settings.delivery_timeout_seconds),
+                ),
             )
         )
     )

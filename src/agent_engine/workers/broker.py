@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import Actors, declare_actors
 from agent_engine.workers.middleware import SharedAsyncIO
+from agent_engine.workers.tracing import TraceContextMiddleware
 from agent_engine.workers.waking_redis import WakingRedisBroker
 
 AMQP_DEFAULT_PORT = 5672
@@ -47,6 +48,8 @@ def configure_broker(settings: Settings) -> dramatiq.Broker:
             old_broker.close()
             _configured = None
         broker = _make_broker(settings)
+        # First, so a message skipped by any other middleware still ends its span.
+        broker.add_middleware(TraceContextMiddleware(), before=type(broker.middleware[0]))
         broker.add_middleware(SharedAsyncIO())
         actors = declare_actors(
             broker, settings, enqueue_execute=enqueue_execute, enqueue_delivery=enqueue_delivery

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from agent_engine.observability.logging import configure_logging
+from agent_engine.observability.tracing import CLOCK_SERVICE, configure_tracing
 from agent_engine.settings import Settings
 from agent_engine.workers.broker import (
     close_broker,
@@ -66,6 +67,7 @@ def next_boundary(every: float, wall_now: float, margin: float = 0.0) -> float:
 def run_clock(settings: Settings, *, stop: threading.Event | None = None) -> None:
     """Tick until SIGTERM/SIGINT (or until `stop` is set, for an embedding caller)."""
     configure_logging(settings)
+    configure_tracing(CLOCK_SERVICE)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
 

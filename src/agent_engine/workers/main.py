@@ -30,6 +30,7 @@ import dramatiq
 
 from agent_engine.collector import tune_gc
 from agent_engine.observability.logging import configure_logging
+from agent_engine.observability.tracing import WORKER_SERVICE, configure_tracing
 from agent_engine.runtime.providers import openai_provider
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import (
@@ -156,6 +157,7 @@ def stop_worker(worker: EngineWorker, *, grace_seconds: float = SHUTDOWN_GRACE_S
 
 def _serve(settings: Settings, threads: int, queues: set[str] | None) -> None:
     configure_logging(settings)
+    configure_tracing(WORKER_SERVICE)
     tune_gc()  # as `serve`: what the process imported is frozen out of the collector's walks
     stop = threading.Event()
     _on_stop_signals(stop)

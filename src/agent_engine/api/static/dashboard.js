@@ -289,8 +289,10 @@
   function runEventsQuery() {
     // A parked run (a tool call waiting for its owner) comes as RUNNING → RUNNING with it set.
     const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    // The run's trace (tracing on): shown in the feed, linked when the server has a template.
+    const trace = state.features.traceId ? "traceId" : "";
     return `subscription DashboardRunEvents {
-      runEvents { previousState run { ${RUN_FIELDS} ${waiting}
+      runEvents { previousState run { ${RUN_FIELDS} ${waiting} ${trace}
         agent { id name owner { id displayName email } } } }
     }`;
   }
@@ -328,6 +330,7 @@
       state.features.caps = hasField(features.agent, "usedTokensThisWeek");
       state.features.retry = hasField(features.run, "retryOf");
       state.features.fallback = hasField(features.runStep, "fallback");
+      state.features.traceId = hasField(features.run, "traceId");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -462,6 +465,26 @@
     refreshSoon();
   }
 
+  // AGENT_ENGINE_TRACE_URL_TEMPLATE, put on the page by the server (validated there: http(s),
+  // with {trace_id}); a trace id is 32 hex digits, checked again before it goes into a URL.
+  const TRACE_URL_TEMPLATE = document.body.dataset.traceUrlTemplate || "";
+  const TRACE_ID = /^[0-9a-f]{32}$/;
+
+  function traceLink(traceId) {
+    if (!traceId || !TRACE_ID.test(traceId)) return null;
+    const label = `trace ${traceId}`;
+    if (!TRACE_URL_TEMPLATE) return el("span", { class: "meta trace", text: label });
+    const href = TRACE_URL_TEMPLATE.split("{trace_id}").join(traceId);
+    return el("a", {
+      class: "meta trace",
+      href,
+      target: "_blank",
+      rel: "noopener noreferrer",
+      "data-trace-id": traceId,
+      text: label,
+    });
+  }
+
   function upsertFeed(run, agent) {
     const known = state.feed.get(run.id);
     if (known && order(known.run) > order(run)) return; // an older state arriving late
@@ -475,6 +498,7 @@
       run.reason ? el("span", { class: "meta", text: run.reason.toLowerCase() }) : null,
       el("span", { class: "meta", text: `${number(run.tokensUsed)} tokens` }),
       el("span", { class: "meta" }, when(run.finishedAt || run.startedAt || run.createdAt)),
+      traceLink(run.traceId),
     );
     const feed = $("#feed");
     if (known) {

@@ -38,6 +38,7 @@ from agent_engine.domain import gate
 from agent_engine.domain.mcp import ApprovalStatus, ToolAccess
 from agent_engine.domain.runs import RunReason, RunState, RunStepKind, RunTrigger
 from agent_engine.domain.schedule import next_slots, parse_schedule
+from agent_engine.observability import tracing
 from agent_engine.runtime.tools.registry import core_tools
 
 _TRIGGERS = {member.value: member for member in RunTrigger}
@@ -148,6 +149,19 @@ class Run:
             return None
         row = await info.context.loaders.retry_of_run.load(self.row.id)
         return None if row is None else Run.from_row(row, owner_id=self.owner_id)
+
+    @described(
+        description=(
+            "The W3C trace id of the run's trace (32 hex digits) when tracing is on; null"
+            " otherwise."
+        )
+    )
+    async def trace_id(self, info: Info) -> str | None:
+        # Off: no query. On: the traceparent its first worker saved (none before it started).
+        if not tracing.ENABLED:
+            return None
+        found = await info.context.loaders.trace_parent.load(self.row.id)
+        return None if found is None else tracing.trace_id_of(found[1])
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:

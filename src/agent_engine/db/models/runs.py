@@ -122,6 +122,9 @@ class AgentRun(Base):
     completion_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     # Fixed when the run finishes, from its model's prices then (trigger); NULL = not priced.
     cost: Mapped[Decimal | None] = mapped_column(Numeric)
+    # The W3C traceparent of the run's `invoke_agent` span (tracing on): a resume continues the
+    # run's trace from it, a delivery joins it, and `Run.traceId` is its trace id.
+    trace_parent: Mapped[str | None] = mapped_column(Text)
     # Set while the run waits for its owner's approval of a write-tool call (no worker holds it;
     # the reaper and the wall-clock limit leave it alone); NULL otherwise. e0007_mcp_tools.
     parked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
