@@ -58,6 +58,8 @@ AGENT = AgentRow(
     created_at=NOW,
     updated_at=NOW,
     deleted_at=None,
+    weekly_token_cap=50_000,
+    max_tokens_per_run=None,
 )
 
 
