@@ -42,6 +42,9 @@ ENGINE_TABLES = (
     "run_deliveries",
     "tool_sources",
     "tool_approvals",
+    "tool_connections",
+    "oauth_states",
+    "tool_source_oauth_clients",
 )
 
 __all__ = [
