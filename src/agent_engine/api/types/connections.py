@@ -67,7 +67,7 @@ class ToolConnection:
         return cls(
             source_id=strawberry.ID(str(view.source_id)),
             source_name=view.source_name,
-            status=ConnectionStatus(view.status or "not_connected"),
+            status=ConnectionStatus[(view.status or "not_connected").upper()],
             account=view.account if view.status else None,
             scopes=list(view.scopes) if view.status else [],
             connected_at=view.connected_at,
