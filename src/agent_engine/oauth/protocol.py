@@ -95,7 +95,7 @@ async def url_problem(url: str, *, allow_loopback: bool) -> str | None:
                 host, None, type=socket.SOCK_STREAM
             )
         except OSError:
-            return f"its host {host!r} does not resolve"
+            return f"names a host ({host!r}) that does not resolve"
         addresses = sorted({str(info[4][0]) for info in infos})
     for address in addresses:
         if problem := _address_problem(address, allow_loopback):
@@ -121,7 +121,7 @@ class Fetcher:
         self, what: str, method: str, url: str, **kwargs: Any
     ) -> tuple[httpx.Response, bytes]:
         if problem := await url_problem(url, allow_loopback=self.allow_loopback):
-            raise OAuthProblem(f"{what}: the URL {_shown(url)} {problem}")
+            raise OAuthProblem(f"{what}: the URL {_shown(url)} is refused ({problem})")
         try:
             async with asyncio.timeout(self.seconds), self._client() as client:
                 response = await client.request(method, url, **kwargs)
