@@ -525,3 +525,22 @@ async def test_removing_a_source_forgets_its_connections(
     )
     assert await _connection_rows(engine) == []
     assert await connections(gql, owner) == []
+
+
+async def test_the_sync_lists_with_the_admins_own_connection_else_says_why_not(
+    source: dict[str, Any], admin: Admin, gql: Gql, oauth: OAuthServers
+) -> None:
+    # The server lists to no anonymous caller: the sync says so and what to do.
+    assert source["tools"] == []
+    assert "HTTP 401" in source["lastError"] or "401" in source["lastError"]
+    assert "connect yours with connectToolSource" in source["lastError"]
+
+    await connected(gql, source["id"], admin.id, "admin@corp.example")
+    synced = await admin.sync(source["id"])
+
+    assert synced["lastError"] is None
+    assert sorted(t["name"] for t in synced["tools"]) == [
+        "tickets__create_ticket",
+        "tickets__search_tickets",
+    ]
+    assert oauth.resource_state()["lists"] >= 1
