@@ -27,6 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
+from agent_engine.runtime.authority import (
+    Authority,
+    AuthorityUnavailable,
+    authority,
+    expire,
+    not_connected_message,
+)
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
@@ -57,7 +64,7 @@ from agent_engine.runtime.transcript import (
     step_output,
     tool_input,
 )
-from agent_engine.tool_sources.client import McpError, SessionPool, TooLarge, bearer
+from agent_engine.tool_sources.client import McpError, SessionPool, TooLarge, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,10 @@ FAILED = "failed"
 PARKED = "parked"
 APPROVED = "approved"
 EXPIRED = "expired"
+CONNECTED = "connected"
+# What a parked run waits for (`Parked.waits_for`, `Resume.waits_for`).
+WAITS_APPROVAL = "approval"
+WAITS_CONNECTION = "connection"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
 
@@ -106,6 +117,11 @@ class Parked:
     input: dict[str, Any]
     step_index: int
     checkpoint: dict[str, Any]
+    # "approval" (a WRITE call for the owner to decide) or "connection" (an OWNER_OAUTH call
+    # whose owner has no CONNECTED account at `source`).
+    waits_for: str = WAITS_APPROVAL
+    source_id: int | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,10 +130,14 @@ class Resume:
     exactly one attempt make an approved call."""
 
     checkpoint: dict[str, Any]
-    decision: str  # "approved" | "declined" | "expired"
+    # approval: "approved" | "declined" | "expired"; connection: "connected" | "expired"
+    decision: str
     note: str | None
     step_index: int
     claim_call: Callable[[], Awaitable[bool]]
+    waits_for: str = WAITS_APPROVAL
+    # connection: the source whose account the run waited for (what the model hears).
+    source: str | None = None
 
 
 @dataclass
@@ -251,6 +271,27 @@ class Runtime:
 
     def _mcp_handler(self, tool: McpTool) -> ToolHandler:
         async def call(ctx: ToolCallContext, arguments: dict[str, Any]) -> str:
+            held = await self._authority(tool, ctx)
+            if held is None:
+                raise ToolError(not_connected_message(tool.source))
+            return await self._mcp_call(tool, held, ctx, arguments)
+
+        return call
+
+    async def _authority(self, tool: McpTool, ctx: ToolCallContext) -> Authority | None:
+        """The credential the call carries (`runtime/authority.py`); None: the owner has no
+        CONNECTED account at the tool's OWNER_OAUTH source."""
+        try:
+            return await authority(self._engine, tool, owner_id=ctx.owner_id)
+        except AuthorityUnavailable as exc:
+            raise ToolFailed(tool.name, str(exc)) from exc
+
+    async def _mcp_call(
+        self, tool: McpTool, held: Authority, ctx: ToolCallContext, arguments: dict[str, Any]
+    ) -> str:
+        """One `tools/call` carrying `held` and nothing else: the owner's token for an
+        OWNER_OAUTH source (on a session of that owner's), the source's credential for SHARED."""
+        if tool.auth_env:
             try:
                 # Checked again before each send, as for models: a row written before the rule
                 # or straight in SQL sends nothing.
@@ -259,27 +300,38 @@ class Runtime:
                 raise ToolFailed(
                     tool.name, "its source's credential variable is not allowed"
                 ) from exc
-            try:
-                result = await self.mcp_sessions.call(
-                    tool.url,
-                    bearer(tool.auth_env),
-                    tool.remote_name,
-                    arguments,
-                    meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
-                    seconds=self._tool_timeout_seconds,
-                    idempotent=tool.access == "read",
-                )
-            except TooLarge as exc:
-                raise ToolFailed(tool.name, str(exc)) from exc
-            except McpError as exc:
-                # The URL stays in the worker log; the run names the tool.
-                log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
-                raise ToolFailed(tool.name, "its server could not be reached") from exc
-            if result.is_error:
-                raise ToolError(result.text or "the tool reported an error")
-            return result.text
-
-        return call
+        try:
+            result = await self.mcp_sessions.call(
+                tool.url,
+                held.token,
+                tool.remote_name,
+                arguments,
+                meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
+                seconds=self._tool_timeout_seconds,
+                idempotent=tool.access == "read",
+                owner_id=held.owner_id,
+            )
+        except Unauthorized as exc:
+            log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
+            if held.owner_id is not None:
+                await expire(self._engine, tool, owner_id=held.owner_id)
+                raise ToolFailed(
+                    tool.name,
+                    f"the server of tool source {tool.source} refused the owner's account"
+                    " (HTTP 401); the connection is now expired: connect it again",
+                ) from exc
+            raise ToolFailed(
+                tool.name, f"the server of tool source {tool.source} refused its credential"
+            ) from exc
+        except TooLarge as exc:
+            raise ToolFailed(tool.name, str(exc)) from exc
+        except McpError as exc:
+            # The URL stays in the worker log; the run names the tool.
+            log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
+            raise ToolFailed(tool.name, "its server could not be reached") from exc
+        if result.is_error:
+            raise ToolError(result.text or "the tool reported an error")
+        return result.text
 
     async def execute(
         self,
@@ -345,14 +397,19 @@ class Runtime:
                 loop.restore(resume.checkpoint)
                 report()
                 pending = _call_from_json(resume.checkpoint["call"])
-                result, error = await self._decided_call(tools, pending, tool_ctx, resume)
+                remaining = [_call_from_json(c) for c in resume.checkpoint.get("calls", [])]
+                decided = await self._decided_call(
+                    tools, pending, remaining, tool_ctx, resume, record, loop
+                )
+                if isinstance(decided, RunOutcome):
+                    return decided  # parked again: now for the owner's connection
+                result, error, held = decided
                 await record.step_finished(
-                    resume.step_index, StepEnd(output=step_output(result), error=error)
+                    resume.step_index, _step_end(result, error, tools.get(pending.name), held)
                 )
                 loop.messages.append(
                     {"role": "tool", "tool_call_id": pending.id, "content": result}
                 )
-                remaining = [_call_from_json(c) for c in resume.checkpoint.get("calls", [])]
                 parked = await self._tool_calls(tools, remaining, tool_ctx, record, loop)
                 if parked is not None:
                     return parked
@@ -442,37 +499,54 @@ class Runtime:
             )
             spec = tools.get(call.name)
             error: str | None
+            held: Authority | None = None
             if spec is not None and spec.mcp is not None and spec.mcp.needs_approval:
                 checked = self._checked_arguments(spec, call)
                 if isinstance(checked, dict):
                     # Checked before the owner is asked: they approve a call that can be made.
-                    checkpoint = loop.checkpoint(call, calls[position + 1 :])
-                    return RunOutcome(
-                        PARKED,
-                        None,
-                        None,
-                        None,
-                        loop.tokens,
-                        loop.prompt_tokens,
-                        loop.completion_tokens,
-                        parked=Parked(
+                    # Approval first; the connection, if the call needs one, after it.
+                    return _parked(
+                        loop,
+                        Parked(
                             tool_id=spec.mcp.id,
                             tool_name=spec.name,
                             input=checked,
                             step_index=step,
-                            checkpoint=checkpoint,
+                            checkpoint=loop.checkpoint(call, calls[position + 1 :]),
                         ),
                     )
                 result, error = checked
             else:
                 try:
-                    result, error = await self._call_tool(tools, call, tool_ctx)
+                    if spec is not None and spec.mcp is not None:
+                        held = await self._authority(spec.mcp, tool_ctx)
+                        if held is None:
+                            checked = self._checked_arguments(spec, call)
+                            if not isinstance(checked, dict):
+                                result, error = checked
+                                await record.step_finished(
+                                    step, _step_end(result, error, spec, None)
+                                )
+                                loop.messages.append(
+                                    {"role": "tool", "tool_call_id": call.id, "content": result}
+                                )
+                                continue
+                            return _parked(
+                                loop,
+                                _connection_park(
+                                    spec.mcp,
+                                    checked,
+                                    step,
+                                    loop.checkpoint(call, calls[position + 1 :]),
+                                ),
+                            )
+                    result, error = await self._call_tool(tools, call, tool_ctx, held)
                 except ToolFailed as exc:
                     await record.step_finished(
-                        step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                        step, _step_end(None, truncate(str(exc), MAX_ERROR_CHARS), spec, held)
                     )
                     raise
-            await record.step_finished(step, StepEnd(output=step_output(result), error=error))
+            await record.step_finished(step, _step_end(result, error, spec, held))
             loop.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return None
 
@@ -499,23 +573,61 @@ class Runtime:
         self,
         tools: dict[str, ToolSpec],
         call: ToolCall,
+        remaining: list[ToolCall],
         tool_ctx: ToolCallContext,
         resume: Resume,
-    ) -> tuple[str, str | None]:
-        """The parked call, once decided: approved -> made (at most once: `claim_call` is the
-        compare-and-set); declined or expired -> the model hears it as the tool's result."""
-        if resume.decision != APPROVED:
-            message = decline_message(resume.decision, resume.note)
-            return _tool_error(message)
+        record: Transcript,
+        loop: _LoopState,
+    ) -> tuple[str, str | None, Authority | None] | RunOutcome:
+        """The parked call, once decided: approved (or its owner connected) -> made, at most
+        once (`claim_call` is the compare-and-set); declined, or expired -> the model hears it
+        as the tool's result. An approved call of an OWNER_OAUTH tool whose owner has no
+        CONNECTED account parks again, for the connection (the call not yet claimed)."""
+        if resume.waits_for == WAITS_CONNECTION:
+            if resume.decision != CONNECTED:
+                text, error = _tool_error(not_connected_message(resume.source or "its source"))
+                return text, error, None
+        elif resume.decision != APPROVED:
+            text, error = _tool_error(decline_message(resume.decision, resume.note))
+            return text, error, None
+        spec = tools.get(call.name)
+        held: Authority | None = None
+        if spec is not None and spec.mcp is not None:
+            try:
+                held = await self._authority(spec.mcp, tool_ctx)
+            except ToolFailed as exc:
+                await record.step_finished(
+                    resume.step_index,
+                    _step_end(None, truncate(str(exc), MAX_ERROR_CHARS), spec, None),
+                )
+                raise
+            if held is None:
+                checked = self._checked_arguments(spec, call)
+                if isinstance(checked, dict):
+                    return _parked(
+                        loop,
+                        _connection_park(
+                            spec.mcp, checked, resume.step_index, loop.checkpoint(call, remaining)
+                        ),
+                    )
+                return checked[0], checked[1], None
         if not await resume.claim_call():
             raise ToolFailed(
                 call.name,
                 "an earlier attempt at this approved call may have reached the server;"
                 " it is not made twice",
             )
-        if call.name not in tools:
-            return _tool_error(f"the tool '{call.name}' is no longer available")
-        return await self._call_tool(tools, call, tool_ctx)
+        if spec is None:
+            gone, refusal = _tool_error(f"the tool '{call.name}' is no longer available")
+            return gone, refusal, None
+        try:
+            result, called_error = await self._call_tool(tools, call, tool_ctx, held)
+        except ToolFailed as exc:
+            await record.step_finished(
+                resume.step_index, _step_end(None, truncate(str(exc), MAX_ERROR_CHARS), spec, held)
+            )
+            raise
+        return result, called_error, held
 
     def _opening(self, ctx: RunContext, now: datetime) -> list[Message]:
         zone = zone_or_utc(ctx.owner_timezone)
@@ -560,7 +672,11 @@ class Runtime:
         return provider
 
     async def _call_tool(
-        self, tools: dict[str, ToolSpec], call: ToolCall, tool_ctx: ToolCallContext
+        self,
+        tools: dict[str, ToolSpec],
+        call: ToolCall,
+        tool_ctx: ToolCallContext,
+        held: Authority | None = None,
     ) -> tuple[str, str | None]:
         """The result the model sees, and the error when the model's call was refused (for the
         transcript). A tool that cannot answer (timeout, infrastructure) raises ToolFailed."""
@@ -574,7 +690,10 @@ class Runtime:
             return arguments
         try:
             async with asyncio.timeout(self._tool_timeout_seconds):
-                result = await spec.handler(tool_ctx, arguments)
+                if spec.mcp is not None and held is not None:
+                    result = await self._mcp_call(spec.mcp, held, tool_ctx, arguments)
+                else:
+                    result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
             text, _ = _tool_error(str(exc))
             return truncate(text, self._max_tool_result_chars), truncate(str(exc), MAX_ERROR_CHARS)
@@ -603,6 +722,50 @@ def _model_error(model: ModelSpec, exc: Exception) -> str:
 
 def _tool_error(message: str) -> tuple[str, str]:
     return f"error: {message}", message
+
+
+def _step_end(
+    result: str | None, error: str | None, spec: ToolSpec | None, held: Authority | None
+) -> StepEnd:
+    """A tool step's end; an MCP tool's names the authority its call carried (or would have:
+    the source's kind when no credential was had) and the owner's account."""
+    authority_kind = None
+    if spec is not None and spec.mcp is not None:
+        authority_kind = held.kind if held is not None else spec.mcp.auth
+    return StepEnd(
+        output=step_output(result),
+        error=error,
+        authority=authority_kind,
+        account=held.account if held is not None else None,
+    )
+
+
+def _connection_park(
+    tool: McpTool, arguments: dict[str, Any], step_index: int, checkpoint: dict[str, Any]
+) -> Parked:
+    return Parked(
+        tool_id=tool.id,
+        tool_name=tool.name,
+        input=arguments,
+        step_index=step_index,
+        checkpoint=checkpoint,
+        waits_for=WAITS_CONNECTION,
+        source_id=tool.source_id,
+        source=tool.source,
+    )
+
+
+def _parked(loop: _LoopState, parked: Parked) -> RunOutcome:
+    return RunOutcome(
+        PARKED,
+        None,
+        None,
+        None,
+        loop.tokens,
+        loop.prompt_tokens,
+        loop.completion_tokens,
+        parked=parked,
+    )
 
 
 def usage_split(reply: ModelReply) -> tuple[int, int]:

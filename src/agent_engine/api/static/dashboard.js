@@ -210,7 +210,7 @@
   const state = {
     token: null,
     viewer: null,
-    features: { forecast: false, adminSpend: false, approvals: false },
+    features: { forecast: false, adminSpend: false, approvals: false, connections: false },
     agents: new Map(), // id → agent
     feed: new Map(), // run id → { run, node }
     socket: null,
@@ -220,6 +220,7 @@
   const FEATURES_QUERY = `query DashboardFeatures {
     query: __type(name: "Query") { fields { name } }
     budget: __type(name: "Budget") { fields { name } }
+    run: __type(name: "Run") { fields { name } }
   }`;
 
   const VIEWER_QUERY = `query DashboardViewer {
@@ -232,7 +233,7 @@
     const forecast = state.features.forecast
       ? "forecast { projectedTokens exhaustsAt agentsWithoutHistory }"
       : "";
-    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    const waiting = waitingFields();
     const approvals = state.features.approvals
       ? `approvals: toolApprovals(first: 50, status: PENDING) {
           edges { node { id input expiresAt tool { name } run { id }
@@ -250,6 +251,15 @@
       }
       ${approvals}
     }`;
+  }
+
+  // What a parked run waits for: its owner's approval, or their connection at a tool source.
+  function waitingFields() {
+    const approval = state.features.approvals ? "pendingApproval { id }" : "";
+    const connection = state.features.connections
+      ? "waitingFor pendingConnection { sourceId sourceName status }"
+      : "";
+    return `${approval} ${connection}`;
   }
 
   function adminQuery() {
@@ -275,7 +285,7 @@
 
   function runEventsQuery() {
     // A parked run (a tool call waiting for its owner) comes as RUNNING → RUNNING with it set.
-    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    const waiting = waitingFields();
     return `subscription DashboardRunEvents {
       runEvents { previousState run { ${RUN_FIELDS} ${waiting}
         agent { id name owner { id displayName email } } } }
@@ -312,6 +322,8 @@
       state.features.forecast = hasField(features.budget, "forecast");
       state.features.adminSpend = hasField(features.query, "adminSpend");
       state.features.approvals = hasField(features.query, "toolApprovals");
+      state.features.connections =
+        hasField(features.run, "pendingConnection") && hasField(features.query, "toolConnections");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -446,6 +458,58 @@
     refreshSoon();
   }
 
+  // A run waiting for its owner's account at an OWNER_OAUTH source: the owner gets the link
+  // (connectToolSource gives a single-use authorization URL; it opens in a new tab).
+  function waitingForConnection(run, agent) {
+    const pending = run.pendingConnection;
+    const expired = pending.status === "EXPIRED" ? " (expired)" : "";
+    const owner = agent && agent.owner ? agent.owner.id : state.viewer.user.id;
+    if (owner !== state.viewer.user.id) {
+      return el("span", {
+        class: "meta",
+        text: `waiting for its owner's connection to ${pending.sourceName}${expired}`,
+      });
+    }
+    const link = el("a", {
+      href: "#",
+      class: "connect",
+      "data-source-id": pending.sourceId,
+      text: `connect your account at ${pending.sourceName}`,
+    });
+    link.onclick = (event) => {
+      event.preventDefault();
+      connectSource(pending, link);
+    };
+    return el(
+      "span",
+      { class: "meta waiting-connection" },
+      `waiting for your connection${expired}: `,
+      link,
+    );
+  }
+
+  async function connectSource(pending, link) {
+    // The tab is opened while the click is still a user gesture; the URL follows.
+    const tab = window.open("", "_blank");
+    try {
+      const data = await gql(
+        `mutation DashboardConnect($id: ID!) {
+          connectToolSource(sourceId: $id) { authorizationUrl expiresAt }
+        }`,
+        { id: pending.sourceId },
+      );
+      const url = data.connectToolSource.authorizationUrl;
+      link.href = url;
+      link.target = "_blank";
+      link.rel = "noopener";
+      link.dataset.authorizationUrl = url;
+      if (tab) tab.location.href = url;
+    } catch (error) {
+      if (tab) tab.close();
+      showError(new Error(`${pending.sourceName}: ${error.message}`));
+    }
+  }
+
   function upsertFeed(run, agent) {
     const known = state.feed.get(run.id);
     if (known && order(known.run) > order(run)) return; // an older state arriving late
@@ -454,8 +518,9 @@
       { "data-run-id": run.id, "data-state": run.state },
       el("span", { class: "run-id", text: `#${run.id}` }),
       el("span", { class: "agent", text: agent ? agent.name : "" }),
-      run.pendingApproval ? pill("WAITING") : pill(run.state),
+      run.pendingApproval || run.pendingConnection ? pill("WAITING") : pill(run.state),
       run.pendingApproval ? el("span", { class: "meta", text: "waiting for your approval" }) : null,
+      run.pendingConnection ? waitingForConnection(run, agent) : null,
       run.reason ? el("span", { class: "meta", text: run.reason.toLowerCase() }) : null,
       el("span", { class: "meta", text: `${number(run.tokensUsed)} tokens` }),
       el("span", { class: "meta" }, when(run.finishedAt || run.startedAt || run.createdAt)),
