@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -60,10 +61,10 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from agent_engine.server_thread import ServerThread
-from agent_engine.testing.mcp_tickets import TicketState, _Gate, build_server
+from agent_engine.testing.mcp_tickets import TicketServer, TicketState, _Gate, build_server
 
 logging.getLogger("mcp.server.streamable_http").setLevel(logging.CRITICAL)
 
@@ -298,8 +299,53 @@ class _AudienceVerifier:
         return verify(token, self.secret, self.resource, self.revoked)
 
 
+# What a caller without a token may send when the server allows anonymous listing.
+ANONYMOUS_METHODS = frozenset({"initialize", "notifications/initialized", "tools/list"})
+
+
+class AnonymousListing:
+    """Lets a request without a token through when it only initializes or lists tools (the
+    server "allows an unauthenticated listing"); anything else goes to `protected` (401)."""
+
+    def __init__(self, open_app: Any, protected: Any) -> None:
+        self.open_app, self.protected = open_app, protected
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = scope.get("user")
+        if scope.get("method") != "POST" or (user is not None and user.is_authenticated):
+            await self.protected(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            method = json.loads(body).get("method")
+        except (ValueError, AttributeError):
+            method = None
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        target = self.open_app if method in ANONYMOUS_METHODS else self.protected
+        await target(scope, replay, send)
+
+
 def build_resource_server(
-    tickets: TicketState, resource: str, issuer: str, secret: str
+    tickets: TicketState,
+    resource: str,
+    issuer: str,
+    secret: str,
+    *,
+    anonymous_listing: bool = False,
 ) -> Starlette:
     gate = _Gate()
 
@@ -331,6 +377,7 @@ def build_resource_server(
         async with manager.run():
             yield
 
+    protected = RequireAuthMiddleware(endpoint, [], metadata_url)
     routes: list[Route] = [
         *create_protected_resource_routes(
             resource_url=AnyHttpUrl(resource),
@@ -341,7 +388,7 @@ def build_resource_server(
         Route("/test/state", test_state),
         Route(
             "/mcp",
-            RequireAuthMiddleware(endpoint, [], metadata_url),
+            AnonymousListing(endpoint, protected) if anonymous_listing else protected,
             methods=["GET", "POST", "DELETE"],
         ),
     ]
@@ -379,6 +426,35 @@ class AuthorizationServer(ServerThread):
         return f"http://127.0.0.1:{self.port}"
 
 
+class ResourceServer(TicketServer):
+    """The ticket server as an OAuth resource server, in a thread (the demo's `run`)."""
+
+    thread_name = "oauth-rs"
+    description = "the OAuth ticket server"
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        secret: str,
+        anonymous_listing: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        super().__init__(host=host, port=port)
+        self.issuer, self.secret, self.anonymous_listing = issuer, secret, anonymous_listing
+
+    def app(self) -> Starlette:
+        self._app = build_resource_server(
+            self.state,
+            self.url,
+            self.issuer,
+            self.secret,
+            anonymous_listing=self.anonymous_listing,
+        )
+        return self._app
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The OAuth test servers (see the module's doc).")
     parser.add_argument("--role", choices=["as", "rs"], required=True)
@@ -386,6 +462,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--secret", required=True, help="HS256 key shared by the two servers")
     parser.add_argument("--issuer", help="rs: the authorization server's URL")
+    parser.add_argument(
+        "--anonymous-listing",
+        action="store_true",
+        help="rs: answer initialize and tools/list without a token",
+    )
     args = parser.parse_args(argv)
     here = f"http://{args.host}:{args.port}"
     if args.role == "as":
@@ -393,7 +474,13 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if not args.issuer:
             parser.error("--issuer is required with --role rs")
-        app = build_resource_server(TicketState(), f"{here}/mcp", args.issuer, args.secret)
+        app = build_resource_server(
+            TicketState(),
+            f"{here}/mcp",
+            args.issuer,
+            args.secret,
+            anonymous_listing=args.anonymous_listing,
+        )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

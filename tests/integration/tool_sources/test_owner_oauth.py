@@ -20,13 +20,16 @@ from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.demo.seed import DEMO_OWNER_ID, seed_demo
 from agent_engine.embedded import embedded_pg_binary
 from agent_engine.oauth.access import NotConnected, owner_access_token
 from agent_engine.oauth.keys import ENV as KEYS_ENV
 from agent_engine.oauth.keys import TokenKeys
 from agent_engine.oauth.rotate import rotate_token_keys
 from agent_engine.oauth.store import refresh_purpose
+from agent_engine.runs.claim import utc_now
 from agent_engine.settings import Settings, to_libpq_url
+from agent_engine.testing.oauth_servers import AuthorizationServer, ResourceServer
 from tests.integration.api.subscriptions.support import Server
 from tests.integration.runs.support import fetch
 from tests.integration.runs.transcript.support import Gql, error_code
@@ -42,6 +45,7 @@ from tests.integration.tool_sources.oauth_support import (
 )
 from tests.support.factories import Factories
 
+DEMO_AGENT = "{ viewer { agents { id name tools { name } } } }"
 KEY_A = base64.b64encode(b"A" * 32).decode()
 KEY_B = base64.b64encode(b"B" * 32).decode()
 
@@ -544,3 +548,37 @@ async def test_the_sync_lists_with_the_admins_own_connection_else_says_why_not(
         "tickets__search_tickets",
     ]
     assert oauth.resource_state()["lists"] >= 1
+
+
+async def test_the_demo_registers_its_ticket_server_as_owner_oauth_and_the_owner_connects(
+    engine: AsyncEngine, gql: Gql, engine_url: str
+) -> None:
+    with (
+        AuthorizationServer(secret="demo-secret-of-at-least-32-bytes!") as authorization,
+        ResourceServer(
+            issuer=authorization.issuer, secret="demo-secret-of-at-least-32-bytes!"
+        ) as tickets,
+    ):
+        await seed_demo(engine, now=utc_now(), tickets_url=tickets.url, tickets_auth="owner_oauth")
+        await seed_demo(engine, now=utc_now(), tickets_url=tickets.url, tickets_auth="owner_oauth")
+
+        [sample] = (await gql.data(DEMO_AGENT, as_user=DEMO_OWNER_ID))["viewer"]["agents"]
+        assert {t["name"] for t in sample["tools"] if t["name"].startswith("tickets__")} == {
+            "tickets__search_tickets",
+            "tickets__create_ticket",
+        }
+        [before] = await connections(gql, DEMO_OWNER_ID)
+        assert before["status"] == "NOT_CONNECTED"
+        # What the GraphiQL tour says: connect, open the link in a browser (no cookie: the demo
+        # authorization server signs in its demo account).
+        url = await connect_start(gql, before["sourceId"], DEMO_OWNER_ID)
+        async with httpx.AsyncClient(follow_redirects=True, timeout=30) as browser:
+            page = await browser.get(url)
+        assert "Connected — you can close this tab" in page.text
+        [after] = await connections(gql, DEMO_OWNER_ID)
+        assert (after["status"], after["account"]) == ("CONNECTED", "demo@example.com")
+        token = await owner_access_token(
+            engine, owner_id=DEMO_OWNER_ID, source_id=int(before["sourceId"])
+        )
+        await _call_as(token.access_token, tickets.url, "demo ticket")
+        assert [c.subject for c in tickets.calls_of("create_ticket")] == ["demo@example.com"]
