@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 
 
 class Settings(BaseSettings):
+    # hide_input_in_errors: a refused value may be a secret (token keys, the JWT secret).
     model_config = SettingsConfigDict(
-        env_prefix="AGENT_ENGINE_", extra="ignore", populate_by_name=True
+        env_prefix="AGENT_ENGINE_",
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,
     )
 
     database_url: str | None = Field(
