@@ -16,5 +16,6 @@ SCENARIOS = (
     "stampede",
     "retention",
     "mcp_call",
+    "owner_oauth_call",
     "hostile",
 )

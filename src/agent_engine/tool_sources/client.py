@@ -326,6 +326,8 @@ class SessionPool:
         self._sessions: dict[tuple[str, str | None], _PooledSession] = {}
         self._lock = asyncio.Lock()
         self._retiring: dict[_PooledSession, asyncio.Task[None]] = {}
+        # Sessions opened so far (each one an MCP handshake): what the pool saves shows here.
+        self.opened = 0
 
     async def call(
         self,
@@ -400,6 +402,7 @@ class SessionPool:
                 if pooled is not None:
                     await pooled.aclose()
                 pooled = self._sessions[key] = _PooledSession(key[0], token, self._timeout)
+                self.opened += 1
             return pooled, not pooled.used
 
     def _retire(self, pooled: _PooledSession) -> None:
