@@ -582,3 +582,32 @@ async def test_the_demo_registers_its_ticket_server_as_owner_oauth_and_the_owner
         )
         await _call_as(token.access_token, tickets.url, "demo ticket")
         assert [c.subject for c in tickets.calls_of("create_ticket")] == ["demo@example.com"]
+
+
+async def test_odd_callbacks_are_pages_never_a_500(
+    engine_url: str, settings: Settings, engine: AsyncEngine
+) -> None:
+    odd = [
+        "",
+        "?state=" + "s" * 20_000 + "&code=x",
+        "?state=a&state=b&code=c",
+        "?error=%00%ff&state=x",
+        "?code=only",
+    ]
+    async with httpx.AsyncClient(timeout=30) as browser:
+        for query in odd:
+            page = await browser.get(f"{engine_url}/oauth/callback{query}")
+            assert page.status_code == 400, query
+            assert page.headers["content-type"].startswith("text/html")
+            assert page.headers["cache-control"] == "no-store"
+        settings.token_keys = None
+        page = await browser.get(f"{engine_url}/oauth/callback?state=x&code=y")
+        assert page.status_code == 400 and "AGENT_ENGINE_TOKEN_KEYS" in page.text
+        settings.token_keys = KEY_A
+        settings.connect_return_url = "https://app.example.com/connected?from=engine"
+        page = await browser.get(f"{engine_url}/oauth/callback?code=y")
+        assert page.status_code == 303
+        assert page.headers["location"] == (
+            "https://app.example.com/connected?from=engine&outcome=bad_state"
+        )
+    assert await _connection_rows(engine) == []
