@@ -9,18 +9,33 @@
 
 A server that answers 401 to the owner's token (`expire`) no longer honours it: the connection
 becomes EXPIRED (audit `connection.expired`) and the owner must connect again.
+
+The owner's token costs one statement per call (`db/connection_use.py`: read and mark used); the
+parsed keys and the decryption of an unchanged ciphertext are kept in this process. A token near
+its expiry, and every refusal, go through `oauth.access.owner_access_token` (the refresh, once
+across workers).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import connections as connections_db
-from agent_engine.oauth.access import NotConnected, TokenUnavailable, owner_access_token
-from agent_engine.oauth.store import record_expired
+from agent_engine.db.connection_use import use_connection
+from agent_engine.oauth.access import (
+    REFRESH_MARGIN,
+    NotConnected,
+    TokenUnavailable,
+    owner_access_token,
+)
+from agent_engine.oauth.keys import ENV as TOKEN_KEYS_ENV
+from agent_engine.oauth.keys import NoTokenKeys, TokenKeys, Undecryptable
+from agent_engine.oauth.store import access_purpose, record_expired
 from agent_engine.runtime.tools.spec import OWNER_OAUTH, McpTool
 from agent_engine.tool_sources.client import bearer
 
@@ -28,6 +43,11 @@ log = logging.getLogger(__name__)
 
 SHARED = "shared"
 NONE = "none"
+# Decrypted tokens by their ciphertext (a refresh writes a new ciphertext): bounded.
+PLAINTEXT_CACHE_MAX = 10_000
+
+_keys: tuple[str, TokenKeys] | None = None
+_plaintexts: dict[bytes, str] = {}
 
 
 class AuthorityUnavailable(Exception):
@@ -62,6 +82,9 @@ async def authority(engine: AsyncEngine, tool: McpTool, *, owner_id: int) -> Aut
         return Authority(SHARED if tool.auth_env else NONE, bearer(tool.auth_env))
     if tool.source_id is None:
         return None
+    fast = await _fresh_token(engine, owner_id=owner_id, source_id=tool.source_id)
+    if fast is not None:
+        return fast
     try:
         owned = await owner_access_token(engine, owner_id=owner_id, source_id=tool.source_id)
     except NotConnected as exc:
@@ -72,6 +95,41 @@ async def authority(engine: AsyncEngine, tool: McpTool, *, owner_id: int) -> Aut
             f"the account at {tool.source} could not be refreshed now; try again later"
         ) from exc
     return Authority(OWNER_OAUTH, owned.access_token, owned.account, owner_id)
+
+
+async def _fresh_token(engine: AsyncEngine, *, owner_id: int, source_id: int) -> Authority | None:
+    """The owner's token in one statement when it is CONNECTED and not near its expiry; None
+    sends the caller the long way (no connection, a refresh due, no keys, undecryptable)."""
+    used = await use_connection(engine, owner_id=owner_id, source_id=source_id)
+    if used is None:
+        return None
+    if used.expires_at is not None and used.expires_at - REFRESH_MARGIN <= datetime.now(UTC):
+        return None
+    token = _plaintexts.get(used.access_token_enc)
+    if token is None:
+        keys = _token_keys()
+        if keys is None:
+            return None
+        try:
+            token = keys.decrypt(used.access_token_enc, access_purpose(owner_id, source_id))
+        except Undecryptable:
+            return None
+        if len(_plaintexts) >= PLAINTEXT_CACHE_MAX:
+            _plaintexts.clear()
+        _plaintexts[used.access_token_enc] = token
+    return Authority(OWNER_OAUTH, token, used.account, owner_id)
+
+
+def _token_keys() -> TokenKeys | None:
+    """AGENT_ENGINE_TOKEN_KEYS parsed once per value (a rotation changes the value)."""
+    global _keys
+    value = os.environ.get(TOKEN_KEYS_ENV) or ""
+    if _keys is None or _keys[0] != value:
+        try:
+            _keys = (value, TokenKeys.parse(value))
+        except (NoTokenKeys, ValueError):
+            return None
+    return _keys[1]
 
 
 async def expire(engine: AsyncEngine, tool: McpTool, *, owner_id: int) -> None:

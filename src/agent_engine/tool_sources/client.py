@@ -164,6 +164,18 @@ def _innermost(exc: BaseException) -> BaseException:
     return inner
 
 
+def _mcp_error(exc: BaseException, refusal: Refusal) -> McpError:
+    """What talking to the server raised, as McpError; `Unauthorized` for a 401 however it
+    surfaced (the response hook's event, or the transport's HTTPStatusError)."""
+    inner = _innermost(exc)
+    if isinstance(inner, McpError):
+        return inner
+    unauthorized = isinstance(inner, httpx.HTTPStatusError) and inner.response.status_code == 401
+    if unauthorized or refusal.unauthorized:
+        return Unauthorized()
+    return McpError(describe(exc))
+
+
 def describe(exc: BaseException) -> str:
     """A short, credential-free account of why talking to a server failed."""
     inner = _innermost(exc)
@@ -294,10 +306,7 @@ class _PooledSession:
         except BaseException as exc:
             self.broken = True
             if not self._ready.done():
-                inner = _innermost(exc)
-                self._ready.set_exception(
-                    inner if isinstance(inner, Unauthorized) else McpError(describe(exc))
-                )
+                self._ready.set_exception(_mcp_error(exc, self.refusal))
             elif not isinstance(exc, asyncio.CancelledError):
                 log.info("an MCP session ended: %s", describe(exc))
         finally:
@@ -383,7 +392,7 @@ class SessionPool:
         except McpError:
             raise
         except Exception as exc:
-            raise McpError(describe(exc)) from exc
+            raise _mcp_error(exc, pooled.refusal) from exc
         pooled.used = True
         return CallResult(result_text(result), bool(result.isError))
 

@@ -14,14 +14,17 @@ import dramatiq
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db import connections as connections_db
 from agent_engine.oauth.keys import ENV as KEYS_ENV
+from agent_engine.oauth.keys import TokenKeys
+from agent_engine.oauth.store import access_purpose
 from agent_engine.runs.scheduler import schedule_due_agents
 from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeOpenAIServer, FakeToolCall, text_reply, tool_reply
 from agent_engine.workers.actors import worker_context
 from agent_engine.workers.broker import enqueue_execute
 from tests.integration.api.subscriptions.support import Server
-from tests.integration.runs.support import FakeAgent, eventually
+from tests.integration.runs.support import FakeAgent, eventually, fetch
 from tests.integration.runs.transcript.support import Gql
 from tests.integration.tool_sources.conftest import ATTACH, Admin
 from tests.integration.tool_sources.oauth_support import (
@@ -168,3 +171,43 @@ async def test_scheduled_runs_act_as_their_owners_and_one_waits_for_its_owner_to
         ("TOOL_CALL", "OWNER_OAUTH", "bob@corp.example"),
         ("MODEL_CALL", None, None),
     ]
+
+
+async def test_a_token_the_server_refuses_expires_the_connection_and_the_run_names_the_source(
+    tickets: dict[str, Any],
+    oauth: OAuthServers,
+    gql: Gql,
+    engine: AsyncEngine,
+    fake_agent: FakeAgent,
+    fake_openai: FakeOpenAIServer,
+    worker: dramatiq.Worker,
+) -> None:
+    agent = await scheduled_agent(
+        gql, fake_agent, tickets["create_id"], datetime.now(UTC) + timedelta(hours=1)
+    )
+    owner, source_id = int(agent["user_id"]), int(tickets["id"])
+    # A connection whose token the server no longer honours (here: one it never issued).
+    async with engine.begin() as conn:
+        await connections_db.save_connected(
+            conn,
+            owner_id=owner,
+            source_id=source_id,
+            account="carol@corp.example",
+            scopes=[],
+            access=TokenKeys.parse(KEY).encrypt("forged-token", access_purpose(owner, source_id)),
+            refresh=None,
+            expires_at=None,
+        )
+    fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": "Carol's ticket"})))
+
+    run = await gql.finished_run(await gql.start(str(agent["id"]), as_user=owner), as_user=owner)
+
+    assert (run["state"], run["reason"]) == ("FAILED", "ERROR")
+    assert "tool source tickets refused the owner's account (HTTP 401)" in run["error"]
+    assert "forged-token" not in run["error"] and "127.0.0.1" not in run["error"]
+    assert oauth.resource_state()["calls"] == []
+    async with engine.connect() as conn:
+        row = await connections_db.fetch_connection(conn, owner, source_id)
+    assert row is not None and row.status == connections_db.EXPIRED
+    expired = await fetch(engine, "SELECT * FROM audit_log WHERE action = 'connection.expired'")
+    assert [e["user_id"] for e in expired] == [owner]
