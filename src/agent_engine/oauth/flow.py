@@ -205,7 +205,23 @@ async def complete_connection(
             return _fail("denied", f"You declined the connection to {source.name}.", name)
         return _fail("error", f"The authorization server of {source.name} refused: {code}.", name)
     issuer = params.get("iss")
-    if issuer is not None and issuer.rstrip("/") != pending.issuer.rstrip("/"):
+    if issuer is None:
+        async with engine.connect() as conn:
+            client_row = await connections_db.fetch_client(conn, source.id)
+        advertised = client_row is not None and (
+            client_row.server_metadata.get("metadata", {}).get(
+                "authorization_response_iss_parameter_supported"
+            )
+            is True
+        )
+        if advertised:
+            return _fail(
+                "issuer_mismatch",
+                "The answer does not name its authorization server (iss, RFC 9207), though that"
+                " server says it always does; nothing was connected.",
+                name,
+            )
+    elif issuer.rstrip("/") != pending.issuer.rstrip("/"):
         return _fail(
             "issuer_mismatch",
             "The answer names another authorization server than the one asked (iss, RFC 9207);"

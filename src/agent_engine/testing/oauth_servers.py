@@ -47,6 +47,7 @@ from mcp.server.auth.provider import (
     TokenError,
 )
 from mcp.server.auth.routes import (
+    build_metadata,
     build_resource_metadata_url,
     create_auth_routes,
     create_protected_resource_routes,
@@ -77,6 +78,9 @@ class ServerState:
     access_ttl: int = 3600
     refuse_refresh: bool = False
     slow_seconds: float = 0.0
+    # RFC 9207: the metadata says iss is sent (authorization_response_iss_parameter_supported);
+    # omit_iss makes the sign-in leave it out anyway (a mix-up attack's answer).
+    omit_iss: bool = False
     refreshes: int = 0
     token_requests: int = 0
     revocations: int = 0
@@ -121,7 +125,7 @@ class TestProvider:
 
     def sign_in(self, pending: str, user: str | None, deny: bool) -> str:
         client_id, params = self.state.pending.pop(pending)
-        query: dict[str, str] = {"iss": self.issuer}
+        query: dict[str, str] = {} if self.state.omit_iss else {"iss": self.issuer}
         if params.state is not None:
             query["state"] = params.state
         if deny:
@@ -277,12 +281,24 @@ def build_authorization_server(state: ServerState, issuer: str, secret: str) -> 
 
     async def test_config(request: Request) -> Response:
         body = await request.json()
-        for key in ("access_ttl", "refuse_refresh", "slow_seconds"):
+        for key in ("access_ttl", "refuse_refresh", "slow_seconds", "omit_iss"):
             if key in body:
                 setattr(state, key, body[key])
         return JSONResponse(state.as_json())
 
+    async def metadata(request: Request) -> Response:
+        document = build_metadata(
+            AnyHttpUrl(issuer),
+            None,
+            ClientRegistrationOptions(enabled=True, valid_scopes=SCOPES, default_scopes=SCOPES),
+            RevocationOptions(enabled=True),
+        ).model_dump(mode="json", exclude_none=True)
+        document["authorization_response_iss_parameter_supported"] = True
+        return JSONResponse(document)
+
+    routes = [r for r in routes if r.path != "/.well-known/oauth-authorization-server"]
     routes += [
+        Route("/.well-known/oauth-authorization-server", metadata),
         Route("/login", login),
         Route("/test/state", test_state),
         Route("/test/config", test_config, methods=["POST"]),

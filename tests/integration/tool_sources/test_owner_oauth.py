@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -108,7 +109,9 @@ async def test_an_owner_connects_as_a_browser_would_and_calls_carry_their_own_ac
     factories: Factories,
     engine: AsyncEngine,
     admin: Admin,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     assert source["auth"] == "OWNER_OAUTH" and source["authEnv"] is None
     alice = (await factories.user())["id"]
     bob = (await factories.user())["id"]
@@ -170,6 +173,16 @@ async def test_an_owner_connects_as_a_browser_would_and_calls_carry_their_own_ac
         (bob, "bob@corp.example"),
     ]
     assert token_a.access_token not in str(created)
+    # No token in any log line of the api, the flow or the servers' clients.
+    rows = await _connection_rows(engine)
+    keys = TokenKeys.parse(KEY_A)
+    refresh_a = keys.decrypt(
+        rows[0]["refresh_token_enc"], refresh_purpose(alice, int(source["id"]))
+    )
+    logged = caplog.text
+    assert caplog.records  # the flow did log
+    for secret in (token_a.access_token, token_b.access_token, refresh_a):
+        assert secret not in logged
 
 
 # --- the callback's refusals --------------------------------------------------------------------
@@ -200,7 +213,12 @@ async def _open(url: str) -> httpx.Response:
 
 
 async def test_every_bad_callback_is_a_clear_page_and_connects_nobody(
-    source: dict[str, Any], gql: Gql, factories: Factories, engine: AsyncEngine, engine_url: str
+    source: dict[str, Any],
+    gql: Gql,
+    factories: Factories,
+    engine: AsyncEngine,
+    engine_url: str,
+    oauth: OAuthServers,
 ) -> None:
     alice = (await factories.user())["id"]
     bob = (await factories.user())["id"]
@@ -222,6 +240,12 @@ async def test_every_bad_callback_is_a_clear_page_and_connects_nobody(
     callback = await _callback_url(gql, sid, alice, "alice")
     page = await _open(_with_query(callback, iss="https://evil.example"))
     assert page.status_code == 400 and "another authorization server" in page.text
+
+    # An answer without iss from a server whose metadata says it always sends it.
+    oauth.configure(omit_iss=True)
+    page = await sign_in(await connect_start(gql, sid, alice), "alice")
+    assert page.status_code == 400 and "does not name its authorization server" in page.text
+    oauth.configure(omit_iss=False)
 
     # Another owner's state with one's own code: PKCE binds the code to its own request.
     alice_callback = await _callback_url(gql, sid, alice, "alice")
