@@ -124,6 +124,15 @@ MARK_EXPIRED = text(
     " WHERE id = :id AND status = 'connected' RETURNING id"
 )
 MARK_USED = text("UPDATE tool_connections SET last_used_at = now() WHERE id = :id")
+# A call's read: the source's name and the owner's connection there (if any), in one statement.
+CONNECTION_FOR_CALL = text(
+    """
+    SELECT s.name AS source_name, c.*
+      FROM tool_sources s
+      LEFT JOIN tool_connections c ON c.source_id = s.id AND c.owner_id = :owner_id
+     WHERE s.id = :source_id
+    """
+)
 DELETE_CONNECTION = text(
     "DELETE FROM tool_connections WHERE owner_id = :owner_id AND source_id = :source_id RETURNING *"
 )
@@ -211,6 +220,18 @@ async def fetch_connection(
     params = {"owner_id": owner_id, "source_id": source_id}
     row = (await conn.execute(statement, params)).mappings().one_or_none()
     return None if row is None else ConnectionRow.from_row(row)
+
+
+async def connection_for_call(
+    conn: AsyncConnection, owner_id: int, source_id: int
+) -> tuple[str | None, ConnectionRow | None]:
+    """(the source's name, None when the source is gone; the owner's connection, if any)."""
+    params = {"owner_id": owner_id, "source_id": source_id}
+    row = (await conn.execute(CONNECTION_FOR_CALL, params)).mappings().one_or_none()
+    if row is None:
+        return None, None
+    name = str(row["source_name"])
+    return name, None if row["id"] is None else ConnectionRow.from_row(row)
 
 
 async def save_connected(

@@ -16,7 +16,6 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import connections as connections_db
@@ -32,7 +31,7 @@ from agent_engine.oauth.store import (
 log = logging.getLogger(__name__)
 
 REFRESH_MARGIN = timedelta(seconds=60)
-SOURCE_NAME = text("SELECT name FROM tool_sources WHERE id = :id")
+USED_PRECISION = timedelta(seconds=60)
 
 
 class NotConnected(Exception):
@@ -78,13 +77,14 @@ async def owner_access_token(
     keys: TokenKeys | None = None,
     seconds: float = protocol.DEFAULT_SECONDS,
 ) -> OwnerToken:
-    """The owner's access token at the source, fresh (see the module's docstring). Its own
-    transactions (never the caller's): a connection passed in only gives the engine."""
+    """The owner's access token at the source, fresh (see the module's docstring); marks the
+    connection's `last_used_at` (to the minute). One statement when the token is fresh and was
+    used within the minute. Its own transactions (never the caller's): a connection passed in
+    only gives the engine."""
     engine = _engine_of(engine_or_session)
     async with engine.connect() as conn:
-        row = await connections_db.fetch_connection(conn, owner_id, source_id)
-        name = (await conn.execute(SOURCE_NAME, {"id": source_id})).scalar_one_or_none()
-    source_name = str(name or source_id)
+        name, row = await connections_db.connection_for_call(conn, owner_id, source_id)
+    source_name = name or str(source_id)
     if row is None or row.status != connections_db.CONNECTED:
         raise NotConnected(source_name)
     try:
@@ -94,8 +94,10 @@ async def owner_access_token(
     now = datetime.now(UTC)
     if _fresh(row, now):
         token = _decrypted(keys, row, source_name)
-        async with engine.begin() as conn:
-            await connections_db.mark_used(conn, row.id)
+        # lastUsedAt to the minute: a busy owner's calls do not each write the row.
+        if row.last_used_at is None or now - row.last_used_at > USED_PRECISION:
+            async with engine.begin() as conn:
+                await connections_db.mark_used(conn, row.id)
         return OwnerToken(token, row.account)
     return await _refreshed(engine, owner_id, source_id, source_name, keys, seconds)
 
