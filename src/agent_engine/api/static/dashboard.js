@@ -215,6 +215,7 @@
     feed: new Map(), // run id → { run, node }
     socket: null,
     fleetTimer: null,
+    connectUrls: new Map(), // source id → the authorization URL last given for it
   };
 
   const FEATURES_QUERY = `query DashboardFeatures {
@@ -311,6 +312,7 @@
     clearInterval(state.fleetTimer);
     state.agents.clear();
     state.feed.clear();
+    state.connectUrls.clear();
     $("#feed").replaceChildren();
     showSignIn(message);
   }
@@ -476,9 +478,11 @@
       "data-source-id": pending.sourceId,
       text: `connect your account at ${pending.sourceName}`,
     });
+    const known = state.connectUrls.get(pending.sourceId);
+    if (known) showConnectUrl(link, known);
     link.onclick = (event) => {
       event.preventDefault();
-      connectSource(pending, link);
+      connectSource(pending);
     };
     return el(
       "span",
@@ -488,7 +492,14 @@
     );
   }
 
-  async function connectSource(pending, link) {
+  function showConnectUrl(link, url) {
+    link.href = url;
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.dataset.authorizationUrl = url;
+  }
+
+  async function connectSource(pending) {
     // The tab is opened while the click is still a user gesture; the URL follows.
     const tab = window.open("", "_blank");
     try {
@@ -499,10 +510,11 @@
         { id: pending.sourceId },
       );
       const url = data.connectToolSource.authorizationUrl;
-      link.href = url;
-      link.target = "_blank";
-      link.rel = "noopener";
-      link.dataset.authorizationUrl = url;
+      // The feed may have re-rendered the run meanwhile: every link to this source gets it.
+      state.connectUrls.set(pending.sourceId, url);
+      for (const link of document.querySelectorAll("a.connect")) {
+        if (link.dataset.sourceId === pending.sourceId) showConnectUrl(link, url);
+      }
       if (tab) tab.location.href = url;
     } catch (error) {
       if (tab) tab.close();
