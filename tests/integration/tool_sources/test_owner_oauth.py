@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
@@ -25,7 +27,7 @@ from agent_engine.demo.seed import DEMO_OWNER_ID, seed_demo
 from agent_engine.embedded import embedded_pg_binary
 from agent_engine.oauth.access import NotConnected, owner_access_token
 from agent_engine.oauth.keys import ENV as KEYS_ENV
-from agent_engine.oauth.keys import TokenKeys
+from agent_engine.oauth.keys import TokenKeys, Undecryptable, new_key
 from agent_engine.oauth.rotate import rotate_token_keys
 from agent_engine.oauth.store import refresh_purpose
 from agent_engine.runs.claim import utc_now
@@ -435,15 +437,29 @@ async def test_rotating_the_keys_keeps_connections_working(
     gql: Gql,
     factories: Factories,
     engine: AsyncEngine,
-    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings,
 ) -> None:
     owner = (await factories.user())["id"]
     await connected(gql, source["id"], owner, "alice")
     before = await owner_access_token(engine, owner_id=owner, source_id=int(source["id"]))
 
-    both = TokenKeys.parse(f"{KEY_B},{KEY_A}")
-    done = await rotate_token_keys(engine, both)
-    assert done.connections == 1 and done.clients == 1
+    # The command an operator runs, with the new key first.
+    assert settings.database_url is not None
+    env = {
+        **os.environ,
+        "DATABASE_URL": to_libpq_url(settings.database_url),
+        KEYS_ENV: f"{KEY_B},{KEY_A}",
+    }
+    command = [sys.executable, "-m", "agent_engine.cli", "rotate-token-keys"]
+    done = await asyncio.to_thread(
+        subprocess.run, command, env=env, capture_output=True, text=True, check=True
+    )
+    assert "1 connection(s), 1 client secret(s)" in done.stdout
+    # Again: idempotent. With a key list that cannot decrypt: nothing changes, exit 1.
+    again = await rotate_token_keys(engine, TokenKeys.parse(f"{KEY_B},{KEY_A}"))
+    assert again.connections == 1
+    with pytest.raises(Undecryptable):
+        await rotate_token_keys(engine, TokenKeys.parse(new_key()))
     only_new = TokenKeys.parse(KEY_B)
     after = await owner_access_token(
         engine, owner_id=owner, source_id=int(source["id"]), keys=only_new
