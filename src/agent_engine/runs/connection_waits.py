@@ -30,15 +30,14 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 500
 
 
-def _send_to_workers(run_id: int) -> None:
-    """The execute message, through the process's broker; without one (a process that has none
-    configured), the sweep's re-send picks the run up."""
-    from agent_engine.workers.broker import enqueue_execute
+# How `on_connected` sends a run to the workers when its caller passes no `enqueue` (the OAuth
+# callback): the process's broker, registered by `workers.broker.configure_broker`.
+_sender: Enqueue | None = None
 
-    try:
-        enqueue_execute(run_id)
-    except RuntimeError as exc:
-        log.warning("run %s waits for the sweep to resume it: %s", run_id, exc)
+
+def use_sender(enqueue: Enqueue | None) -> None:
+    global _sender
+    _sender = enqueue
 
 
 async def park_run(
@@ -97,8 +96,9 @@ async def on_connected(
 ) -> list[int]:
     """The owner connected their account at the source: every run of theirs parked on it goes
     on, sent to the workers once committed (given a connection: in its transaction, sent when
-    it commits). `enqueue`: the process's broker by default. Returns the runs."""
-    send = enqueue or _send_to_workers
+    it commits). `enqueue`: the process's broker by default (`use_sender`); without one the
+    clock's sweep re-sends them. Returns the runs."""
+    send = enqueue or _sender or _left_to_the_sweep
     if isinstance(engine_or_conn, AsyncEngine):
         async with engine_or_conn.begin() as conn:
             waits = await waits_db.connect(conn, owner_id=owner_id, source_id=source_id)
@@ -120,6 +120,10 @@ async def on_connected(
     if run_ids:
         log.info("owner %s connected source %s: resuming runs %s", owner_id, source_id, run_ids)
     return run_ids
+
+
+def _left_to_the_sweep(run_id: int) -> None:
+    log.warning("run %s resumes at the clock's sweep: this process has no broker", run_id)
 
 
 async def sweep(engine: AsyncEngine, *, enqueue: Enqueue, resend_after_seconds: float) -> int:
