@@ -27,16 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
-from agent_engine.runtime.authority import (
-    Authority,
-    AuthorityUnavailable,
-    authority,
-    expire,
-    not_connected_message,
-)
+from agent_engine.runtime.authority import Authority, not_connected_message
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
+from agent_engine.runtime.mcp_calls import McpCalls
 from agent_engine.runtime.providers.base import (
     Message,
     ModelProvider,
@@ -47,15 +42,15 @@ from agent_engine.runtime.providers.base import (
 )
 from agent_engine.runtime.providers.builtin import BuiltinProvider
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
-from agent_engine.runtime.tools.mcp import call_meta, check_arguments
+from agent_engine.runtime.tools.mcp import check_arguments
 from agent_engine.runtime.tools.registry import core_tools, optional_tools, validate_arguments
 from agent_engine.runtime.tools.spec import (
     McpTool,
     ToolCallContext,
     ToolError,
-    ToolHandler,
     ToolSpec,
 )
+from agent_engine.runtime.tools.spec import ToolFailed as ToolFailed
 from agent_engine.runtime.transcript import (
     StepEnd,
     StepKind,
@@ -64,7 +59,6 @@ from agent_engine.runtime.transcript import (
     step_output,
     tool_input,
 )
-from agent_engine.tool_sources.client import McpError, SessionPool, TooLarge, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +80,6 @@ WAITS_APPROVAL = "approval"
 WAITS_CONNECTION = "connection"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
-
-
-class ToolFailed(Exception):
-    """A tool could not answer for reasons outside the model's control; the run ends failed."""
-
-    def __init__(self, tool: str, detail: str) -> None:
-        super().__init__(f"tool {tool} failed: {detail}")
-        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -228,8 +214,10 @@ class Runtime:
         self._retired: list[OpenAIProvider] = []
         self._builtin = BuiltinProvider()
         self._loop: asyncio.AbstractEventLoop | None = None
-        # One MCP session per server and credential for this process: no handshake per call.
-        self.mcp_sessions = SessionPool(timeout=tool_timeout_seconds)
+        # MCP calls: the authority each carries, one pooled session per server and credential
+        # (per owner and server for OWNER_OAUTH) for this process: no handshake per call.
+        self.mcp = McpCalls(engine, self.credentials, timeout_seconds=tool_timeout_seconds)
+        self.mcp_sessions = self.mcp.sessions
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -248,7 +236,7 @@ class Runtime:
         self._retired = []
         for provider in providers:
             await provider.aclose()
-        await self.mcp_sessions.aclose()
+        await self.mcp.aclose()
 
     def toolset(self, ctx: RunContext) -> dict[str, ToolSpec]:
         """Core tools, then the run's optional tools that the registry still has, then its
@@ -264,74 +252,10 @@ class Runtime:
                     name=tool.name,
                     description=tool.description,
                     parameters=tool.input_schema,
-                    handler=self._mcp_handler(tool),
+                    handler=self.mcp.handler(tool),
                     mcp=tool,
                 )
         return tools
-
-    def _mcp_handler(self, tool: McpTool) -> ToolHandler:
-        async def call(ctx: ToolCallContext, arguments: dict[str, Any]) -> str:
-            held = await self._authority(tool, ctx)
-            if held is None:
-                raise ToolError(not_connected_message(tool.source))
-            return await self._mcp_call(tool, held, ctx, arguments)
-
-        return call
-
-    async def _authority(self, tool: McpTool, ctx: ToolCallContext) -> Authority | None:
-        """The credential the call carries (`runtime/authority.py`); None: the owner has no
-        CONNECTED account at the tool's OWNER_OAUTH source."""
-        try:
-            return await authority(self._engine, tool, owner_id=ctx.owner_id)
-        except AuthorityUnavailable as exc:
-            raise ToolFailed(tool.name, str(exc)) from exc
-
-    async def _mcp_call(
-        self, tool: McpTool, held: Authority, ctx: ToolCallContext, arguments: dict[str, Any]
-    ) -> str:
-        """One `tools/call` carrying `held` and nothing else: the owner's token for an
-        OWNER_OAUTH source (on a session of that owner's), the source's credential for SHARED."""
-        if tool.auth_env:
-            try:
-                # Checked again before each send, as for models: a row written before the rule
-                # or straight in SQL sends nothing.
-                await self.credentials.check(tool.auth_env, what=f"the source of tool {tool.name}")
-            except CredentialRefused as exc:
-                raise ToolFailed(
-                    tool.name, "its source's credential variable is not allowed"
-                ) from exc
-        try:
-            result = await self.mcp_sessions.call(
-                tool.url,
-                held.token,
-                tool.remote_name,
-                arguments,
-                meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
-                seconds=self._tool_timeout_seconds,
-                idempotent=tool.access == "read",
-                owner_id=held.owner_id,
-            )
-        except Unauthorized as exc:
-            log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
-            if held.owner_id is not None:
-                await expire(self._engine, tool, owner_id=held.owner_id)
-                raise ToolFailed(
-                    tool.name,
-                    f"the server of tool source {tool.source} refused the owner's account"
-                    " (HTTP 401); the connection is now expired: connect it again",
-                ) from exc
-            raise ToolFailed(
-                tool.name, f"the server of tool source {tool.source} refused its credential"
-            ) from exc
-        except TooLarge as exc:
-            raise ToolFailed(tool.name, str(exc)) from exc
-        except McpError as exc:
-            # The URL stays in the worker log; the run names the tool.
-            log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
-            raise ToolFailed(tool.name, "its server could not be reached") from exc
-        if result.is_error:
-            raise ToolError(result.text or "the tool reported an error")
-        return result.text
 
     async def execute(
         self,
@@ -519,7 +443,7 @@ class Runtime:
             else:
                 try:
                     if spec is not None and spec.mcp is not None:
-                        held = await self._authority(spec.mcp, tool_ctx)
+                        held = await self.mcp.authority(spec.mcp, tool_ctx)
                         if held is None:
                             checked = self._checked_arguments(spec, call)
                             if not isinstance(checked, dict):
@@ -594,7 +518,7 @@ class Runtime:
         held: Authority | None = None
         if spec is not None and spec.mcp is not None:
             try:
-                held = await self._authority(spec.mcp, tool_ctx)
+                held = await self.mcp.authority(spec.mcp, tool_ctx)
             except ToolFailed as exc:
                 await record.step_finished(
                     resume.step_index,
@@ -691,7 +615,7 @@ class Runtime:
         try:
             async with asyncio.timeout(self._tool_timeout_seconds):
                 if spec.mcp is not None and held is not None:
-                    result = await self._mcp_call(spec.mcp, held, tool_ctx, arguments)
+                    result = await self.mcp.call(spec.mcp, held, tool_ctx, arguments)
                 else:
                     result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:

@@ -22,7 +22,15 @@ OWNER_OAUTH = "owner_oauth"
 class ToolError(Exception):
     """A tool's own refusal (bad arguments, nothing found): the message goes back to the model,
     which may correct the call. Anything else a tool raises is an infrastructure failure, which
-    ends the run failed/error naming the tool (runtime.loop.ToolFailed)."""
+    ends the run failed/error naming the tool (`ToolFailed`)."""
+
+
+class ToolFailed(Exception):
+    """A tool could not answer for reasons outside the model's control; the run ends failed."""
+
+    def __init__(self, tool: str, detail: str) -> None:
+        super().__init__(f"tool {tool} failed: {detail}")
+        self.tool = tool
 
 
 @dataclass(frozen=True)
