@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import connections as connections_db
+from agent_engine.domain.gate import RESUME_STOP_MESSAGES, ResumeStop
 from agent_engine.oauth.keys import ENV as TOKEN_KEYS_ENV
 from agent_engine.oauth.keys import TokenKeys, new_key
 from agent_engine.oauth.store import access_purpose
@@ -25,9 +26,17 @@ from agent_engine.settings import Settings
 from agent_engine.testing.fake_openai import FakeToolCall, text_reply, tool_reply
 from agent_engine.workers.actors import worker_context
 from agent_engine.workers.broker import enqueue_execute
-from tests.integration.runs.support import eventually
+from tests.integration.runs.support import eventually, fetch
 from tests.integration.runs.transcript.support import CANCEL, Gql
 from tests.integration.tool_sources.conftest import ATTACH, TOKEN, McpAgent, Scene
+from tests.integration.tool_sources.test_resume_gate import (
+    Action,
+    deactivate,
+    delete,
+    pause,
+    remove_model,
+    switch_off,
+)
 
 SEARCH = "tickets__search_tickets"
 CREATE = "tickets__create_ticket"
@@ -43,9 +52,6 @@ query($id: ID!) {
 """
 DECIDE = """
 mutation($id: ID!) { decideToolCall(approvalId: $id, approve: true) { id status } }
-"""
-PAUSE = """
-mutation($id: ID!) { setAdminPaused(agentId: $id, paused: true, note: "under review") { id } }
 """
 
 
@@ -264,28 +270,46 @@ async def test_cancelling_a_run_that_waits_for_a_connection_ends_the_wait(
     assert mcp.tickets.calls_of("search_tickets") == []
 
 
-async def test_pausing_the_agent_ends_a_run_waiting_for_a_connection(
-    mcp: Scene, engine: AsyncEngine
+@pytest.mark.parametrize(
+    ("action", "stop"),
+    [
+        (pause, ResumeStop.ADMIN_PAUSED),
+        (switch_off, ResumeStop.DISABLED),
+        (deactivate, ResumeStop.OWNER_INACTIVE),
+        (remove_model, ResumeStop.NO_MODEL),
+        (delete, ResumeStop.DELETED),
+    ],
+    ids=["admin-pause", "owner-switch-off", "owner-deactivated", "model-removed", "deleted"],
+)
+async def test_closing_the_gate_ends_a_run_waiting_for_a_connection(
+    mcp: Scene, engine: AsyncEngine, token_keys: TokenKeys, action: Action, stop: ResumeStop
 ) -> None:
-    agent, _ = await owner_oauth_agent(mcp, engine)
+    agent, source_id = await owner_oauth_agent(mcp, engine)
     search(mcp)
     run_id = await mcp.start(agent)
     await waiting(mcp.gql, run_id, as_user=agent.owner, wait="CONNECTION")
 
-    await mcp.gql.data(PAUSE, {"id": agent.id}, as_user=mcp.admin.id, admin=True)
+    await action(mcp, agent)
 
-    view = await run_view(mcp.gql, run_id, as_user=agent.owner)
-    assert (view["state"], view["reason"]) == ("FAILED", "CANCELLED")
-    assert "paused by an admin" in view["error"]
-    assert "paused by an admin" in view["steps"][1]["error"]
-    async with engine.connect() as conn:
-        status = (
-            await conn.execute(
-                text("SELECT status FROM connection_waits WHERE run_id = :id"),
-                {"id": int(run_id)},
-            )
-        ).scalar_one()
-    assert status == "cancelled"
+    [run] = await fetch(
+        engine, "SELECT state, reason, error FROM agent_runs WHERE id = :id", id=int(run_id)
+    )
+    assert (run["state"], run["reason"], run["error"]) == (
+        "failed",
+        "cancelled",
+        RESUME_STOP_MESSAGES[stop],
+    )
+    [wait] = await fetch(
+        engine,
+        "SELECT w.status, s.error FROM connection_waits w JOIN agent_run_steps s"
+        " ON s.run_id = w.run_id AND s.index = w.step_index WHERE w.run_id = :id",
+        id=int(run_id),
+    )
+    assert (wait["status"], wait["error"]) == ("cancelled", RESUME_STOP_MESSAGES[stop])
+    # Connecting afterwards resumes nothing and calls nothing.
+    await connect(engine, token_keys, agent.owner, source_id, "alice-token", "alice@tickets")
+    assert await connection_waits.on_connected(engine, agent.owner, source_id) == []
+    assert mcp.tickets.calls_of("search_tickets") == []
 
 
 async def test_approval_first_then_the_connection_and_the_call_is_made_once(
