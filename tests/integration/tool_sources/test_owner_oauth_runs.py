@@ -28,6 +28,7 @@ from tests.integration.runs.support import FakeAgent, eventually, fetch
 from tests.integration.runs.transcript.support import Gql
 from tests.integration.tool_sources.conftest import ATTACH, Admin
 from tests.integration.tool_sources.oauth_support import (
+    DISCONNECT,
     OAUTH_SOURCE,
     OAuthServers,
     connected,
@@ -172,6 +173,18 @@ async def test_scheduled_runs_act_as_their_owners_and_one_waits_for_its_owner_to
         ("MODEL_CALL", None, None),
     ]
 
+    # Bob disconnects: his agent's next run waits for him again.
+    await gql.data(DISCONNECT, {"id": tickets["id"]}, as_user=bob)
+    fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": "Bob's second ticket"})))
+    again = await gql.start(str(bob_agent["id"]), as_user=bob)
+
+    async def waits_again() -> dict[str, Any] | None:
+        run: dict[str, Any] = (await gql.data(RUN, {"id": again}, as_user=bob))["run"]
+        return run if run["waitingFor"] == "CONNECTION" else None
+
+    await eventually(waits_again, what="Bob's next run to wait for him again")
+    assert len(oauth.resource_state()["calls"]) == 2
+
 
 async def test_a_token_the_server_refuses_expires_the_connection_and_the_run_names_the_source(
     tickets: dict[str, Any],
@@ -211,3 +224,14 @@ async def test_a_token_the_server_refuses_expires_the_connection_and_the_run_nam
     assert row is not None and row.status == connections_db.EXPIRED
     expired = await fetch(engine, "SELECT * FROM audit_log WHERE action = 'connection.expired'")
     assert [e["user_id"] for e in expired] == [owner]
+
+    # The next run waits for the owner to connect again, and says the account expired.
+    fake_openai.enqueue(tool_reply(FakeToolCall(CREATE, {"title": "Carol's ticket"})))
+    again = await gql.start(str(agent["id"]), as_user=owner)
+
+    async def waits() -> dict[str, Any] | None:
+        found: dict[str, Any] = (await gql.data(RUN, {"id": again}, as_user=owner))["run"]
+        return found if found["waitingFor"] == "CONNECTION" else None
+
+    waiting = await eventually(waits, what="the next run to wait for the connection")
+    assert waiting["pendingConnection"] == {"sourceName": "tickets", "status": "EXPIRED"}
