@@ -145,17 +145,23 @@ async def test_each_owners_call_carries_their_own_token_and_nothing_else(
     await connect(engine, token_keys, alice.owner, source_id, "alice-token", "alice@tickets")
     await connect(engine, token_keys, bob.owner, source_id, "bob-token", "bob@tickets")
 
+    opened = mcp.tickets.state.sessions
     search(mcp)
     alice_run = await mcp.finished(alice)
     search(mcp)
     bob_run = await mcp.finished(bob)
+    search(mcp)
+    await mcp.finished(alice)
 
     assert alice_run["state"] == bob_run["state"] == "SUCCEEDED"
-    first, second = mcp.tickets.calls_of("search_tickets")
+    first, second, _ = mcp.tickets.calls_of("search_tickets")
     # The owner's token, never the shared credential the source had (still in the environment).
     assert first.authorization == "Bearer alice-token"
     assert second.authorization == "Bearer bob-token"
     assert TOKEN not in {first.authorization, second.authorization}
+    assert mcp.tickets.calls_of("search_tickets")[2].authorization == "Bearer alice-token"
+    # One session per (owner, server): Alice's second run paid no handshake.
+    assert mcp.tickets.state.sessions - opened == 2
     # `_meta` still names who acts (a hint beside the token).
     assert first.meta["agentEngine/userId"] == str(alice.owner)
     step = (await run_view(mcp.gql, alice_run["id"], as_user=alice.owner))["steps"][1]
