@@ -233,7 +233,7 @@ async def run(bench: Bench) -> ScenarioResult:
             baseline_label="SHARED call, same server, interleaved",
             target=f"<= {TARGET_RATIO} x SHARED",
             ok=ratio <= TARGET_RATIO,
-            note="token read + decrypt + last_used_at per call; pooled session per owner",
+            note="one read per call (last_used_at to the minute); pooled session per owner",
         ),
         Row(
             "OWNER_OAUTH call: latency p50",

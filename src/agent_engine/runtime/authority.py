@@ -10,10 +10,10 @@
 A server that answers 401 to the owner's token (`expire`) no longer honours it: the connection
 becomes EXPIRED (audit `connection.expired`) and the owner must connect again.
 
-The owner's token costs one statement per call (`db/connection_use.py`: read and mark used); the
-parsed keys and the decryption of an unchanged ciphertext are kept in this process. A token near
-its expiry, and every refusal, go through `oauth.access.owner_access_token` (the refresh, once
-across workers).
+The owner's token costs one read per call (`db/connection_use.py`; `last_used_at` written to the
+minute); the parsed keys and the decryption of an unchanged ciphertext are kept in this process.
+A token near its expiry, and every refusal, go through `oauth.access.owner_access_token` (the
+refresh, once across workers).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import connections as connections_db
-from agent_engine.db.connection_use import use_connection
+from agent_engine.db.connection_use import connected_for_call, mark_used
 from agent_engine.oauth.access import (
     REFRESH_MARGIN,
+    USED_PRECISION,
     NotConnected,
     TokenUnavailable,
     owner_access_token,
@@ -100,10 +101,11 @@ async def authority(engine: AsyncEngine, tool: McpTool, *, owner_id: int) -> Aut
 async def _fresh_token(engine: AsyncEngine, *, owner_id: int, source_id: int) -> Authority | None:
     """The owner's token in one statement when it is CONNECTED and not near its expiry; None
     sends the caller the long way (no connection, a refresh due, no keys, undecryptable)."""
-    used = await use_connection(engine, owner_id=owner_id, source_id=source_id)
+    used = await connected_for_call(engine, owner_id=owner_id, source_id=source_id)
     if used is None:
         return None
-    if used.expires_at is not None and used.expires_at - REFRESH_MARGIN <= datetime.now(UTC):
+    now = datetime.now(UTC)
+    if used.expires_at is not None and used.expires_at - REFRESH_MARGIN <= now:
         return None
     token = _plaintexts.get(used.access_token_enc)
     if token is None:
@@ -117,6 +119,8 @@ async def _fresh_token(engine: AsyncEngine, *, owner_id: int, source_id: int) ->
         if len(_plaintexts) >= PLAINTEXT_CACHE_MAX:
             _plaintexts.clear()
         _plaintexts[used.access_token_enc] = token
+    if used.last_used_at is None or now - used.last_used_at > USED_PRECISION:
+        await mark_used(engine, used.id)
     return Authority(OWNER_OAUTH, token, used.account, owner_id)
 
 
