@@ -16,6 +16,7 @@ SCENARIOS = (
     "stampede",
     "retention",
     "mcp_call",
+    "owner_oauth_call",
     "hostile",
     "fallback",
     "tracing",

@@ -9,7 +9,7 @@ model, as before; a run with a fallback step on an unpriced model has no cost (N
 of an unpriced model has none. A run without fallback steps is priced exactly as before.
 
 Revision ID: e0011_model_fallback
-Revises: e0008_budget_weeks
+Revises: e0010_connection_waits
 Create Date: 2026-12-21
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "e0011_model_fallback"
-down_revision: str | None = "e0008_budget_weeks"
+down_revision: str | None = "e0010_connection_waits"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = "p0005_model_fallback"
 

@@ -28,9 +28,12 @@ from agent_engine.db.migrate import upgrade
 from agent_engine.demo.seed import DEMO_ADMIN_ID, DEMO_OWNER_ID, seed_demo
 from agent_engine.demo.tokens import DEV_TOKEN_TTL, MAX_LIFETIME_ENV, demo_max_lifetime
 from agent_engine.embedded import EmbeddedServers
+from agent_engine.oauth.keys import ENV as TOKEN_KEYS_ENV
+from agent_engine.oauth.keys import new_key as new_token_key
 from agent_engine.observability.logging import configure_logging
 from agent_engine.settings import Settings, to_libpq_url
 from agent_engine.testing.mcp_tickets import TicketServer
+from agent_engine.testing.oauth_servers import AuthorizationServer, ResourceServer
 
 READY_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 20.0
@@ -44,6 +47,15 @@ def _jwt_secret(settings: Settings, data_dir: Path) -> str:
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _kept_secret(path: Path, fresh: str) -> str:
+    """The value kept in `path` (0600), written from `fresh` the first time."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(fresh)
         path.chmod(0o600)
     return path.read_text().strip()
 
@@ -67,19 +79,31 @@ def run_all(
     print(f"agent-engine: starting servers (data in {data_dir}) …", flush=True)
     servers.start()
     children: list[subprocess.Popen[bytes]] = []
-    # The demo MCP source: a small ticket server (one READ, one WRITE tool) in this process.
-    tickets = TicketServer() if seed else None
+    # The demo MCP source: a small ticket server (one READ, one WRITE tool) in this process, an
+    # OAuth resource server of the demo authorization server beside it (OWNER_OAUTH: each owner
+    # connects their own account; the tool list is open to anonymous listing).
+    authorization: AuthorizationServer | None = None
+    tickets: TicketServer | None = None
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     try:
         database_url = to_libpq_url(servers.database_url)
         upgrade(database_url)
         secret = _jwt_secret(settings, data_dir)
-        if tickets is not None:
-            tickets.start()
+        if seed:
+            oauth_secret = _kept_secret(data_dir / "demo-oauth-secret", secrets.token_urlsafe(32))
+            authorization = AuthorizationServer(secret=oauth_secret).start()
+            tickets = ResourceServer(issuer=authorization.issuer, secret=oauth_secret).start()
+            tickets_url = tickets.url
 
             async def _seed() -> None:
                 engine = create_engine_for_url(database_url, pool_size=2)
                 try:
-                    await seed_demo(engine, now=datetime.now(UTC), tickets_url=tickets.url)
+                    await seed_demo(
+                        engine,
+                        now=datetime.now(UTC),
+                        tickets_url=tickets_url,
+                        tickets_auth="owner_oauth",
+                    )
                 finally:
                     await engine.dispose()
 
@@ -91,6 +115,12 @@ def run_all(
             "AGENT_ENGINE_JWT_SECRET": secret,
             "AGENT_ENGINE_LOG_FORMAT": log_format,
         }
+        # Owners' OAuth tokens: the operator's keys, else one kept in the data dir; the
+        # callback at this address unless the operator says otherwise.
+        if not settings.token_keys:
+            env[TOKEN_KEYS_ENV] = _kept_secret(data_dir / "token-keys", new_token_key())
+        if not settings.public_url:
+            env["AGENT_ENGINE_PUBLIC_URL"] = base
         token_ttl = DEV_TOKEN_TTL
         if (demo_limit := demo_max_lifetime(settings)) is not None:
             env[MAX_LIFETIME_ENV] = str(int(demo_limit.total_seconds()))
@@ -109,7 +139,6 @@ def run_all(
                     [*cli, *args], env=env, start_new_session=True, preexec_fn=_die_with_parent
                 )
             )
-        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         _wait_ready(base, children)
         # Ready means our api answered: had another process taken the port meanwhile, ours
         # would have exited by now.
@@ -141,6 +170,8 @@ def run_all(
         _stop(children)
         if tickets is not None:
             tickets.stop()
+        if authorization is not None:
+            authorization.stop()
         servers.stop()
         print("agent-engine: stopped; data kept in", data_dir, flush=True)
 
@@ -199,6 +230,12 @@ def _print_banner(base: str, tokens: dict[str, str]) -> None:
         f'  demo owner:  {{"Authorization": "Bearer {tokens["owner"]}"}}',
         "",
         f'  demo admin:  {{"Authorization": "Bearer {tokens["admin"]}"}}',
+        "",
+        "Connect the demo owner's own account at the ticket server (OWNER_OAUTH), as the owner:",
+        "  { toolConnections { sourceId sourceName status account } }",
+        '  mutation { connectToolSource(sourceId: "<sourceId>") { authorizationUrl } }',
+        "  then open the authorizationUrl in a browser on this machine: the demo authorization",
+        "  server signs you in (as demo@example.com) and the engine's page says you are connected.",
         "",
         "Press Ctrl-C to stop (data is kept for the next start).",
         "",

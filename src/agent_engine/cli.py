@@ -254,6 +254,53 @@ def token(
     )
 
 
+@app.command("rotate-token-keys")
+def rotate_token_keys(
+    new_key: Annotated[
+        bool, typer.Option("--new-key", help="Only print a fresh key (base64) and exit.")
+    ] = False,
+) -> None:
+    """Re-encrypt every stored OAuth token with the first key of AGENT_ENGINE_TOKEN_KEYS.
+
+    Rotation: put a new key first (keep the old ones after it), restart the api and workers, run
+    this, then drop the old keys."""
+    import asyncio
+
+    from agent_engine.db.engine import create_engine
+    from agent_engine.oauth.keys import Undecryptable
+    from agent_engine.oauth.keys import new_key as fresh_key
+    from agent_engine.oauth.rotate import rotate_token_keys as rotate
+
+    if new_key:
+        typer.echo(fresh_key())
+        return
+    settings = _attached_settings()
+    keys = settings.token_keyring()
+    if keys is None:
+        typer.echo("AGENT_ENGINE_TOKEN_KEYS is not set", err=True)
+        raise typer.Exit(2)
+    if not settings.database_url:
+        typer.echo("DATABASE_URL is not set (and no embedded server is running)", err=True)
+        raise typer.Exit(2)
+
+    async def go() -> None:
+        engine = create_engine(settings, pool_size=1)
+        try:
+            done = await rotate(engine, keys)
+        finally:
+            await engine.dispose()
+        typer.echo(
+            f"re-encrypted with the first key: {done.connections} connection(s),"
+            f" {done.clients} client secret(s), {done.states} pending sign-in(s)"
+        )
+
+    try:
+        asyncio.run(go())
+    except Undecryptable as exc:
+        typer.echo(f"nothing changed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
 @app.command("export-schema")
 def export_schema(
     output: Annotated[

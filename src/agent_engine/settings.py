@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -16,11 +17,17 @@ from agent_engine.domain.credentials import parse_prefixes
 
 # The one placeholder of AGENT_ENGINE_TRACE_URL_TEMPLATE.
 TRACE_ID_PLACEHOLDER = "{trace_id}"
+if TYPE_CHECKING:
+    from agent_engine.oauth.keys import TokenKeys
 
 
 class Settings(BaseSettings):
+    # hide_input_in_errors: a refused value may be a secret (token keys, the JWT secret).
     model_config = SettingsConfigDict(
-        env_prefix="AGENT_ENGINE_", extra="ignore", populate_by_name=True
+        env_prefix="AGENT_ENGINE_",
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,
     )
 
     database_url: str | None = Field(
@@ -196,6 +203,26 @@ class Settings(BaseSettings):
     )
     subscriber_queue_size: int = Field(default=256, ge=1)
 
+    token_keys: str | None = Field(
+        default=None,
+        repr=False,
+        description="Comma-separated base64 32-byte AES keys for owners' OAuth tokens at rest: the "
+        "first encrypts, all decrypt (rotate with `agent-engine rotate-token-keys`).",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="The engine's address as a browser reaches it (https://…, or http:// to "
+        "loopback); the OAuth redirect URI is <public_url>/oauth/callback.",
+    )
+    connect_return_url: str | None = Field(
+        default=None,
+        description="Where /oauth/callback sends the browser after connecting an account "
+        "(?outcome=connected|denied|…&source=<name>); unset = a small page of the engine's.",
+    )
+    oauth_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Per request to a tool server's authorization server."
+    )
+
     log_format: str = Field(
         default="auto",
         description="json | console | auto (console for `run`, JSON for serve/worker/clock)",
@@ -228,6 +255,32 @@ class Settings(BaseSettings):
                 " (where the trace id goes)"
             )
         return value
+
+    @field_validator("token_keys")
+    @classmethod
+    def _token_keys(cls, value: str | None) -> str | None:
+        from agent_engine.oauth.keys import key_problem
+
+        if problem := key_problem(value):
+            raise ValueError(f"AGENT_ENGINE_TOKEN_KEYS: {problem}")
+        return value if value and value.strip() else None
+
+    @field_validator("public_url", "connect_return_url")
+    @classmethod
+    def _browser_url(cls, value: str | None) -> str | None:
+        from agent_engine.domain.delivery import target_url_problem
+
+        if value is None or not value.strip():
+            return None
+        if problem := target_url_problem(value):
+            raise ValueError(problem)
+        return value
+
+    def token_keyring(self) -> TokenKeys | None:
+        """The keys, or None when AGENT_ENGINE_TOKEN_KEYS is unset."""
+        from agent_engine.oauth.keys import TokenKeys
+
+        return None if self.token_keys is None else TokenKeys.parse(self.token_keys)
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

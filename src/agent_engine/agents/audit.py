@@ -43,6 +43,10 @@ class AuditAction(StrEnum):
     # changed: the server's word changed under the admins' choices.
     TOOL_ACCESS_CHANGED = "tool.access_changed"
     TOOL_CHANGED = "tool.changed"
+    # An owner's own account at an OWNER_OAUTH source (never a token in the details).
+    CONNECTION_CREATED = "connection.created"
+    CONNECTION_REVOKED = "connection.revoked"
+    CONNECTION_EXPIRED = "connection.expired"
 
 
 async def record(

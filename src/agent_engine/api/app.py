@@ -73,6 +73,7 @@ from agent_engine.api.state import State, state_of
 from agent_engine.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.db.users import read_user_with_platform
+from agent_engine.oauth.callback import oauth_callback
 from agent_engine.observability import tracing, tracing_page
 from agent_engine.observability.http import HttpMetrics
 from agent_engine.observability.metrics import CONTENT_TYPE, database_snapshot, render
@@ -409,6 +410,7 @@ def create_app(
             Route(DASHBOARD_PATH, dashboard),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/oauth/callback", oauth_callback, methods=["GET"]),
             Route("/metrics", metrics),
             # GraphiQL's bundle is a few MB; compressed it is a few hundred KB. Only the assets:
             # compressing every GraphQL answer (level 9) cost the agents page ~6 % of its CPU.

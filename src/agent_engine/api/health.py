@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_engine.api.state import state_of
+from agent_engine.db.connections import any_owner_oauth_source
 from agent_engine.db.engine import ping
 from agent_engine.workers.broker import ping_broker
 
@@ -45,6 +46,19 @@ async def readyz(request: Request) -> Response:
             body["jwks"] = "unreachable: no answer in time"
         if not body["jwks"].startswith("ok"):
             down.append("jwks")
+    if database == "ok" and state["settings"].token_keys is None:
+        try:
+            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+                async with state["engine"].connect() as conn:
+                    needed = await any_owner_oauth_source(conn)
+        except Exception:
+            needed = False
+        if needed:
+            # Informational: everything else works; owners cannot connect nor use accounts.
+            body["tokenKeys"] = (
+                "missing: an OWNER_OAUTH tool source exists and AGENT_ENGINE_TOKEN_KEYS is not"
+                " set; owners cannot connect their accounts"
+            )
     if down:
         return JSONResponse({"status": "unavailable", "down": down, **body}, status_code=503)
     return JSONResponse({"status": "ready", **body})

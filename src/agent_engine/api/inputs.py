@@ -6,6 +6,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from agent_engine.api.scalars import DecimalText
+from agent_engine.api.types.connections import ToolSourceAuth
 from agent_engine.domain.schedule import Cadence
 
 
@@ -113,6 +114,18 @@ class ToolSourceInput:
     )
     id: strawberry.ID | None = strawberry.field(default=None, description="Omit to create.")
     auth_env: str | None = None
+    auth: ToolSourceAuth | None = strawberry.field(
+        default=None, description="Absent: SHARED when authEnv is set, else NONE."
+    )
+    oauth_scopes: list[str] | None = None
+    oauth_client_id_env: str | None = strawberry.field(
+        default=None,
+        description=(
+            "OWNER_OAUTH with a client registered in advance (no dynamic client registration): "
+            "the variables holding its id and secret."
+        ),
+    )
+    oauth_client_secret_env: str | None = None
     enabled: bool = True
 
 

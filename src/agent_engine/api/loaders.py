@@ -27,6 +27,7 @@ from strawberry.dataloader import DataLoader
 from agent_engine.db import agents as agents_db
 from agent_engine.db import approvals as approvals_db
 from agent_engine.db import catalog, deliveries, pages, run_steps, run_traces
+from agent_engine.db import connection_waits as waits_db
 from agent_engine.db import runs as runs_db
 from agent_engine.db import tool_sources as tool_sources_db
 from agent_engine.db import users as users_db
@@ -34,6 +35,7 @@ from agent_engine.db.agents import AgentRow
 from agent_engine.db.alerts import BudgetAlertRow, alerts_of_owners
 from agent_engine.db.approvals import ApprovalRow
 from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.connection_waits import PendingConnection
 from agent_engine.db.deliveries import DeliveryTargetRow, RunDeliveryRow
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.db.run_steps import StepRow
@@ -122,6 +124,11 @@ class Loaders:
     @functools.cached_property
     def pending_approval(self) -> DataLoader[int, ApprovalRow | None]:
         return self._reads.by_key(approvals_db.pending_of_runs, lambda row: row.run_id)
+
+    @functools.cached_property
+    def pending_connection(self) -> DataLoader[int, PendingConnection | None]:
+        """The owner's connection a parked run waits for (`db/connection_waits.py`)."""
+        return self._reads.by_key(waits_db.pending_of_runs, lambda row: row.run_id)
 
     @functools.cached_property
     def approvals_of_run(self) -> DataLoader[int, list[ApprovalRow]]:

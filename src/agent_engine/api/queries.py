@@ -12,6 +12,7 @@ from agent_engine.api.context import Context
 from agent_engine.api.enums import AgentStatus
 from agent_engine.api.guards import checked_instant, page_size
 from agent_engine.api.ids import decode_cursor, parse_id
+from agent_engine.api.mutations.connections import viewer_connections
 from agent_engine.api.resolvers import Info, described
 from agent_engine.api.state import services
 from agent_engine.api.types.agents import (
@@ -25,6 +26,7 @@ from agent_engine.api.types.agents import (
 from agent_engine.api.types.audit import AuditEntry, AuditEntryConnection
 from agent_engine.api.types.budget import BudgetAlert, OwnerSpend
 from agent_engine.api.types.catalog import AgentModel, PlatformSettings, Tool, ToolSource
+from agent_engine.api.types.connections import ToolConnection
 from agent_engine.api.types.delivery import DeliveryTarget
 from agent_engine.api.types.viewer import Viewer
 from agent_engine.db import agents as agents_db
@@ -163,6 +165,15 @@ class Query:
         return ToolApprovalConnection.from_rows(
             rows, size, kind="approval", node=ToolApproval.from_row
         )
+
+    @described(
+        description=(
+            "The viewer's accounts: one per enabled OWNER_OAUTH source (NOT_CONNECTED where they "
+            "have none)."
+        )
+    )
+    async def tool_connections(self, info: Info) -> list[ToolConnection]:
+        return await viewer_connections(info)
 
     @described(description="The MCP sources (admin only).")
     async def tool_sources(self, info: Info) -> list[ToolSource]:

@@ -102,11 +102,17 @@ INSERT_APPROVAL = text(
     " CAST(:checkpoint AS jsonb))"
     f" RETURNING {APPROVAL_COLUMNS}"
 )
+# A run parked on its owner's connection after this approval was approved (approval first, then
+# the connection): the wait decides its resume (`db/connection_waits.py`), not the approval.
+NO_OPEN_CONNECTION_WAIT = (
+    " AND NOT EXISTS (SELECT 1 FROM connection_waits w WHERE w.run_id = :run_id"
+    " AND w.taken_at IS NULL AND w.status <> 'cancelled')"
+)
 # A parked run whose newest approval is decided: it may resume (when its model has a slot).
 IS_DECIDED = text(
     "SELECT 1 FROM agent_runs WHERE id = :run_id AND state = 'running' AND parked_at IS NOT NULL"
     " AND (SELECT status FROM tool_approvals WHERE run_id = :run_id ORDER BY id DESC LIMIT 1)"
-    "   IN ('approved', 'declined', 'expired')"
+    "   IN ('approved', 'declined', 'expired')" + NO_OPEN_CONNECTION_WAIT
 )
 # The run's newest approval once decided, taken by exactly one worker (the run row is locked by
 # the claim's read; parked_at goes NULL here).
@@ -116,7 +122,8 @@ TAKE_PARKED = text(
     " taken AS (UPDATE agent_runs SET parked_at = NULL, heartbeat_at = now()"
     "   WHERE id = :run_id AND state = 'running' AND parked_at IS NOT NULL"
     "   AND (SELECT status FROM latest) IN ('approved', 'declined', 'expired')"
-    "   RETURNING id)"
+    + NO_OPEN_CONNECTION_WAIT
+    + "   RETURNING id)"
     " SELECT latest.* FROM latest, taken"
 )
 CLAIM_CALL = text(
@@ -181,6 +188,8 @@ UNRESUMED = text(
     " AND ap.status IN ('approved', 'declined', 'expired')"
     " AND ap.decided_at < now() - make_interval(secs => :after_seconds)"
     " AND ap.id = (SELECT max(id) FROM tool_approvals WHERE run_id = ap.run_id)"
+    " AND NOT EXISTS (SELECT 1 FROM connection_waits w WHERE w.run_id = ap.run_id"
+    "   AND w.taken_at IS NULL AND w.status <> 'cancelled')"
     " AND NOT EXISTS (SELECT 1 FROM agent_models m"
     "   WHERE m.id = r.model_id AND m.max_concurrent_runs IS NOT NULL)"
     " ORDER BY ap.run_id LIMIT :limit"

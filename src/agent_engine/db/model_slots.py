@@ -27,14 +27,24 @@ _BUSY = (
     "SELECT count(*) FROM agent_runs"
     " WHERE model_id = {model} AND state = 'running' AND parked_at IS NULL"
 )
-# Parked runs of model {model} whose newest approval is decided: each waits for a slot to resume
+# Parked runs of model {model} whose newest approval is decided (or whose connection wait ended,
+# `db/connection_waits.py`): each waits for a slot to resume
 # (`db.approvals.TAKE_PARKED`), ahead of the queued runs; the earliest decision first.
 _DECIDED_PARKED = (
-    "SELECT r.id, decision.decided_at FROM agent_runs r"
+    "SELECT dp.id, dp.decided_at FROM ("
+    " SELECT r.id, decision.decided_at FROM agent_runs r"
     " CROSS JOIN LATERAL (SELECT ap.status, ap.decided_at FROM tool_approvals ap"
     "   WHERE ap.run_id = r.id ORDER BY ap.id DESC LIMIT 1) AS decision"
     " WHERE r.model_id = {model} AND r.state = 'running' AND r.parked_at IS NOT NULL"
     " AND decision.status IN ('approved', 'declined', 'expired')"
+    " AND NOT EXISTS (SELECT 1 FROM connection_waits w WHERE w.run_id = r.id"
+    "   AND w.taken_at IS NULL AND w.status <> 'cancelled')"
+    # Parked on the owner's connection, which came (or the wait expired): the same.
+    " UNION ALL SELECT r.id, w.resolved_at FROM agent_runs r"
+    " JOIN connection_waits w ON w.run_id = r.id AND w.taken_at IS NULL"
+    " WHERE r.model_id = {model} AND r.state = 'running' AND r.parked_at IS NOT NULL"
+    " AND w.status IN ('connected', 'expired')"
+    ") AS dp WHERE TRUE"
 )
 
 
@@ -45,7 +55,7 @@ def _waiting(model: str, *, limit: str | None, cutoff: str | None = None) -> str
     decided = _DECIDED_PARKED.format(model=model)
     queued = f"SELECT r.id FROM agent_runs r WHERE r.model_id = {model} AND r.state = 'queued'"
     if cutoff is not None:
-        decided += f" AND decision.decided_at < {cutoff}"
+        decided += f" AND dp.decided_at < {cutoff}"
         queued += f" AND r.created_at < {cutoff}"
     # Each branch is cut to `limit` first, so a long queue is read no further than the slots.
     bound = "" if limit is None else f" LIMIT {limit}"

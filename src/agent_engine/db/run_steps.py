@@ -23,7 +23,8 @@ from agent_engine.db.rows import AnyRow, columns
 START_STEP = (
     "WITH run AS (SELECT id FROM agent_runs WHERE id = $1 AND state = 'running' FOR SHARE),"
     " ended AS (UPDATE agent_run_steps SET output = $2, error = $3,"
-    "   prompt_tokens = $4, completion_tokens = $5, finished_at = $6"
+    "   prompt_tokens = $4, completion_tokens = $5, finished_at = $6,"
+    "   authority = COALESCE($13, authority), account = COALESCE($14, account)"
     "   WHERE run_id = (SELECT id FROM run) AND index = $7 AND finished_at IS NULL)"
     " INSERT INTO agent_run_steps (run_id, index, kind, name, input, started_at)"
     " SELECT id, $8, $9, $10, $11::jsonb, $12 FROM run"
@@ -48,7 +49,9 @@ FALLBACK_STEP_END = (
 # The step end still waiting (`StepRecorder.take_pending()`'s parameters), written once.
 END_PENDING_STEP = (
     "UPDATE agent_run_steps SET output = :p_output, error = :p_error,"
-    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished"
+    " prompt_tokens = :p_prompt, completion_tokens = :p_completion, finished_at = :p_finished,"
+    " authority = COALESCE(CAST(:p_authority AS text), authority),"
+    " account = COALESCE(CAST(:p_account AS text), account)"
     " WHERE run_id = :run_id AND index = :p_index AND finished_at IS NULL"
 )
 
@@ -78,6 +81,8 @@ NO_PENDING: dict[str, Any] = {
     "p_prompt": None,
     "p_completion": None,
     "p_finished": None,
+    "p_authority": None,
+    "p_account": None,
 }
 
 
@@ -98,6 +103,9 @@ class StepRow:
     fallback: bool = False
     # Carried over from the failed run a retry continues (e0012_runs_recover).
     reused: bool = False
+    # An MCP tool step: "none" | "shared" | "owner_oauth", and the owner's account (e0010).
+    authority: str | None = None
+    account: str | None = None
 
     @classmethod
     def from_row(cls, row: AnyRow) -> StepRow:
@@ -116,6 +124,8 @@ class StepRow:
             finished_at=m["finished_at"],
             fallback=bool(m.get("fallback", False)),
             reused=bool(m.get("reused", False)),
+            authority=m.get("authority"),
+            account=m.get("account"),
         )
 
 

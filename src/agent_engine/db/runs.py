@@ -223,6 +223,7 @@ CONTEXT_COLUMNS = (
         'id', t.id, 'name', t.name, 'description', t.description,
         'input_schema', t.input_schema, 'access', t.access, 'remote_name', t.remote_name,
         'source', s.name, 'url', s.url, 'auth_env', s.auth_env,
+        'auth', s.auth, 'source_id', s.id,
         'auto_approved', at.auto_approved) ORDER BY t.name), '[]'::jsonb)
      FROM agent_tools at JOIN tools t ON t.id = at.tool_id
      JOIN tool_sources s ON s.id = t.source_id

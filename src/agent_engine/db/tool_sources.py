@@ -24,10 +24,16 @@ class ToolSourceRow:
     last_synced_at: datetime | None
     last_error: str | None
     created_at: datetime
+    # 'none' | 'shared' | 'owner_oauth' (e0009).
+    auth: str = "none"
+    oauth_scopes: tuple[str, ...] | None = None
+    oauth_client_id_env: str | None = None
+    oauth_client_secret_env: str | None = None
 
     @classmethod
     def from_row(cls, row: AnyRow) -> ToolSourceRow:
         values = columns(row)
+        scopes = values.get("oauth_scopes")
         return cls(
             id=int(values["id"]),
             name=values["name"],
@@ -37,7 +43,15 @@ class ToolSourceRow:
             last_synced_at=values["last_synced_at"],
             last_error=values["last_error"],
             created_at=values["created_at"],
+            auth=values.get("auth") or ("shared" if values["auth_env"] else "none"),
+            oauth_scopes=None if scopes is None else tuple(scopes),
+            oauth_client_id_env=values.get("oauth_client_id_env"),
+            oauth_client_secret_env=values.get("oauth_client_secret_env"),
         )
+
+    @property
+    def owner_oauth(self) -> bool:
+        return self.auth == "owner_oauth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +97,17 @@ ALL_SOURCES = text("SELECT * FROM tool_sources ORDER BY name")
 ENABLED_SOURCE_IDS = text("SELECT id FROM tool_sources WHERE enabled ORDER BY id")
 SOURCES_BY_ID = text("SELECT * FROM tool_sources WHERE id = ANY(CAST(:ids AS bigint[]))")
 INSERT_SOURCE = text(
-    "INSERT INTO tool_sources (name, url, auth_env, enabled)"
-    " VALUES (:name, :url, :auth_env, :enabled) RETURNING id"
+    "INSERT INTO tool_sources (name, url, auth_env, enabled, auth, oauth_scopes,"
+    " oauth_client_id_env, oauth_client_secret_env)"
+    " VALUES (:name, :url, :auth_env, :enabled, :auth, CAST(:oauth_scopes AS text[]),"
+    " :oauth_client_id_env, :oauth_client_secret_env) RETURNING id"
 )
 UPDATE_SOURCE = text(
     "UPDATE tool_sources SET name = :name, url = :url, auth_env = :auth_env,"
-    " enabled = :enabled, updated_at = now() WHERE id = :id RETURNING id"
+    " enabled = :enabled, auth = :auth, oauth_scopes = CAST(:oauth_scopes AS text[]),"
+    " oauth_client_id_env = :oauth_client_id_env,"
+    " oauth_client_secret_env = :oauth_client_secret_env,"
+    " updated_at = now() WHERE id = :id RETURNING id"
 )
 DELETE_SOURCE = text("DELETE FROM tool_sources WHERE id = :id RETURNING id")
 SYNC_FAILED = text("UPDATE tool_sources SET last_error = :error WHERE id = :id")
@@ -190,10 +209,39 @@ async def enabled_source_ids(conn: AsyncConnection) -> list[int]:
     return [int(i) for i in (await conn.execute(ENABLED_SOURCE_IDS)).scalars()]
 
 
+@dataclass(frozen=True, slots=True)
+class SourceAuth:
+    """How a source authenticates, as an upsert writes it."""
+
+    auth: str = "none"
+    oauth_scopes: Sequence[str] | None = None
+    oauth_client_id_env: str | None = None
+    oauth_client_secret_env: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "auth": self.auth,
+            "oauth_scopes": None if self.oauth_scopes is None else list(self.oauth_scopes),
+            "oauth_client_id_env": self.oauth_client_id_env,
+            "oauth_client_secret_env": self.oauth_client_secret_env,
+        }
+
+
+def _auth_of(auth: SourceAuth | None, auth_env: str | None) -> SourceAuth:
+    return auth if auth is not None else SourceAuth("shared" if auth_env else "none")
+
+
 async def insert_source(
-    conn: AsyncConnection, *, name: str, url: str, auth_env: str | None, enabled: bool
+    conn: AsyncConnection,
+    *,
+    name: str,
+    url: str,
+    auth_env: str | None,
+    enabled: bool,
+    auth: SourceAuth | None = None,
 ) -> int:
     params = {"name": name, "url": url, "auth_env": auth_env, "enabled": enabled}
+    params |= _auth_of(auth, auth_env).params()
     return int((await conn.execute(INSERT_SOURCE, params)).scalar_one())
 
 
@@ -205,8 +253,10 @@ async def update_source(
     url: str,
     auth_env: str | None,
     enabled: bool,
+    auth: SourceAuth | None = None,
 ) -> bool:
     params = {"id": source_id, "name": name, "url": url, "auth_env": auth_env, "enabled": enabled}
+    params |= _auth_of(auth, auth_env).params()
     return (await conn.execute(UPDATE_SOURCE, params)).first() is not None
 
 

@@ -50,7 +50,11 @@ class DemoIds:
 
 
 async def seed_demo(
-    engine: AsyncEngine, *, now: datetime, tickets_url: str | None = None
+    engine: AsyncEngine,
+    *,
+    now: datetime,
+    tickets_url: str | None = None,
+    tickets_auth: str = "none",
 ) -> DemoIds:
     """`tickets_url`: the demo MCP ticket server (`agent_engine.testing.mcp_tickets`), registered
     as the source `tickets` with its tools allowed and attached to the sample agent."""
@@ -99,7 +103,7 @@ async def seed_demo(
                 meta=None,
             )
     if tickets_url is not None:
-        await seed_tool_source(engine, tickets_url, agent_id=agent_id)
+        await seed_tool_source(engine, tickets_url, agent_id=agent_id, auth=tickets_auth)
     return DemoIds(DEMO_OWNER_ID, DEMO_ADMIN_ID, model_id, agent_id)
 
 
@@ -125,14 +129,24 @@ async def _seed_down_model(conn: AsyncConnection, *, fallback_id: int) -> None:
     await catalog.set_model_fallback(conn, created.id, fallback_id)
 
 
-async def seed_tool_source(engine: AsyncEngine, url: str, *, agent_id: int) -> int:
+async def seed_tool_source(
+    engine: AsyncEngine, url: str, *, agent_id: int, auth: str = "none"
+) -> int:
     """Register (or point at its new address) the demo MCP source and sync it. The first time,
-    its tools are allowed and attached to the sample agent; an admin's later choice is kept."""
+    its tools are allowed and attached to the sample agent; an admin's later choice is kept.
+    `auth` "owner_oauth": the demo ticket server is an OAuth resource server
+    (testing/oauth_servers.py) that lists its tools anonymously; each owner connects their own
+    account to call them."""
     async with engine.begin() as conn:
         existing = await sources_db.source_by_name(conn, DEMO_SOURCE_NAME)
         if existing is None:
             source_id = await sources_db.insert_source(
-                conn, name=DEMO_SOURCE_NAME, url=url, auth_env=None, enabled=True
+                conn,
+                name=DEMO_SOURCE_NAME,
+                url=url,
+                auth_env=None,
+                enabled=True,
+                auth=sources_db.SourceAuth(auth),
             )
         else:
             source_id = existing.id
@@ -141,8 +155,11 @@ async def seed_tool_source(engine: AsyncEngine, url: str, *, agent_id: int) -> i
                 source_id,
                 name=DEMO_SOURCE_NAME,
                 url=url,
-                auth_env=existing.auth_env,
+                auth_env=None if auth == "owner_oauth" else existing.auth_env,
                 enabled=existing.enabled,
+                auth=sources_db.SourceAuth(auth)
+                if auth == "owner_oauth" or not existing.auth_env
+                else None,
             )
     await sync_source(engine, source_id, seconds=DEMO_SYNC_SECONDS)
     if existing is None:

@@ -481,7 +481,9 @@ def chat_span(provider: str, request: Any) -> Any:
     )
 
 
-def tool_span(spec: Any, call: Any, *, approval_id: int | None = None) -> Any:
+def tool_span(
+    spec: Any, call: Any, *, approval_id: int | None = None, authority: str | None = None
+) -> Any:
     """`execute_tool <tool>`: one tool call (`spec` a ToolSpec, `call` the model's ToolCall);
     `.result(...)` records what the model hears."""
     if not ENABLED:
@@ -495,8 +497,8 @@ def tool_span(spec: Any, call: Any, *, approval_id: int | None = None) -> Any:
             GEN_AI_TOOL_CALL_ID: call.id,
             GEN_AI_TOOL_TYPE: TOOL_TYPE_EXTENSION if mcp is not None else TOOL_TYPE_FUNCTION,
             TOOL_ACCESS: mcp.access if mcp is not None else None,
-            # Whose credential the call carries: the source's shared one (MCP tools).
-            TOOL_AUTHORITY: AUTHORITY_SHARED if mcp is not None else None,
+            # Whose credential the call carries (MCP tools): "none", "shared" or "owner_oauth".
+            TOOL_AUTHORITY: (authority or AUTHORITY_SHARED).upper() if mcp is not None else None,
             APPROVAL_ID: str(approval_id) if approval_id else None,
             GEN_AI_TOOL_CALL_ARGUMENTS: call.arguments if CAPTURE_CONTENT else None,
         },

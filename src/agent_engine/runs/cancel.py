@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
 from agent_engine.db import approvals as approvals_db
+from agent_engine.db import connection_waits as waits_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.listen import Listener
 from agent_engine.settings import to_libpq_url
@@ -80,6 +81,8 @@ async def cancel_run(
         )
         if cancelled is not None:
             await approvals_db.notify(conn, cancelled)
+        # A run parked on its owner's connection: the wait ends with it.
+        await waits_db.cancel_open(conn, [run_id], error=error)
         # Delivered at commit, to every worker process; only the one executing it acts. Also for
         # a queued run: a worker may have claimed it while this statement waited for the row.
         await conn.execute(runs_sql.NOTIFY, {"channel": CHANNEL, "payload": str(run_id)})

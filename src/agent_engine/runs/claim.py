@@ -27,9 +27,11 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import approvals as approvals_db
+from agent_engine.db import connection_waits as waits_db
 from agent_engine.db import direct
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.approvals import Decided
+from agent_engine.db.connection_waits import Resolved
 from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
@@ -62,8 +64,9 @@ class Claim:
     model_id: int | None = None
     # The model's concurrency limit when claimed: a limited model's finish hands its slot on.
     model_limit: int | None = None
-    # A parked run taken back after its owner's decision (or the approval's expiry).
-    resumed: Decided | None = None
+    # A parked run taken back after its owner's decision (or the approval's expiry), or after
+    # its owner connected the account it waited for (or the wait's expiry).
+    resumed: Decided | Resolved | None = None
 
 
 async def claim_run(
@@ -188,7 +191,8 @@ async def _resume(conn: AsyncConnection, row: Row[Any], *, platform: PlatformSet
     and the message is dropped until a slot is handed on to it."""
     run_id = int(row.run_id)
     model_id = row.run_model_id
-    if not await approvals_db.is_decided(conn, run_id):
+    connection = await waits_db.is_resolved(conn, run_id)
+    if not connection and not await approvals_db.is_decided(conn, run_id):
         return Claim(run_id, None)  # still pending, resumed already, or no longer parked
     if await resume_gate.refuse_resume(conn, run_id) is not None:
         # Ended instead (its agent may no longer run): a decided parked run counted as waiting
@@ -206,7 +210,11 @@ async def _resume(conn: AsyncConnection, row: Row[Any], *, platform: PlatformSet
             admission.limit,
         )
         return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
-    decided = await approvals_db.take_parked(conn, run_id)
+    decided: Decided | Resolved | None
+    if connection:
+        decided = await waits_db.take_parked(conn, run_id)
+    else:
+        decided = await approvals_db.take_parked(conn, run_id)
     if decided is None:
         return Claim(run_id, None)
     return Claim(

@@ -23,9 +23,18 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_engine.db.approvals import Decided
+from agent_engine.db.connection_waits import Resolved
 from agent_engine.db.run_steps import steps_of_runs
 from agent_engine.domain.runs import HEARTBEAT_INTERVAL, RunReason, RunState
-from agent_engine.runs import approvals, model_slots, resume_gate, run_trace, steps
+from agent_engine.runs import (
+    approvals,
+    connection_waits,
+    model_slots,
+    resume_gate,
+    run_trace,
+    steps,
+)
 from agent_engine.runs.cancel import CancelWatcher
 from agent_engine.runs.claim import Claim as Claim
 from agent_engine.runs.claim import claim_run as claim_run
@@ -33,7 +42,7 @@ from agent_engine.runs.claim import utc_now as utc_now
 from agent_engine.runs.finish import INTERRUPTED_ERROR as INTERRUPTED_ERROR
 from agent_engine.runs.finish import TokenMeter, fail, finish, heartbeat
 from agent_engine.runs.request import Enqueue
-from agent_engine.runtime.loop import PARKED, Resume, Runtime
+from agent_engine.runtime.loop import PARKED, WAITS_CONNECTION, Resume, Runtime
 from agent_engine.runtime.prefill import Prefill, prefill_from_steps
 
 log = logging.getLogger(__name__)
@@ -130,16 +139,7 @@ async def _execute(
         transcript = steps.StepRecorder(
             engine, run_id, now_fn=now_fn, next_index=resumed.step_index + 1
         )
-        resume = Resume(
-            checkpoint=resumed.checkpoint,
-            decision=resumed.status,
-            note=resumed.note,
-            step_index=resumed.step_index,
-            claim_call=functools.partial(
-                resume_gate.claim_call, engine, run_id, resumed.approval_id
-            ),
-            approval_id=resumed.approval_id,
-        )
+        resume = _resume(engine, run_id, resumed)
     work = asyncio.ensure_future(
         runtime.execute(
             ctx,
@@ -202,7 +202,14 @@ async def _execute(
     if outcome.state == PARKED:
         # The worker lets go: no heartbeat (stopped above), and the in-flight place is freed as
         # this task ends. The decision or the expiry sends the run to a worker again.
-        await approvals.park_run(
+        # A call for the owner to approve, or one whose owner has not connected their account
+        # at the tool's source: the same timeout.
+        park = (
+            connection_waits.park_run
+            if outcome.parked is not None and outcome.parked.waits_for == WAITS_CONNECTION
+            else approvals.park_run
+        )
+        await park(
             engine, run_id, outcome, transcript=transcript, timeout_seconds=approval_timeout_seconds
         )
         return RunState.RUNNING
@@ -225,6 +232,31 @@ async def _prefill(engine: AsyncEngine, run_id: int) -> Prefill:
     async with engine.connect() as conn:
         rows = await steps_of_runs(conn, [run_id])
     return prefill_from_steps(run_id, [row for row in rows if row.reused])
+
+
+def _resume(engine: AsyncEngine, run_id: int, resumed: Decided | Resolved) -> Resume:
+    """How the loop goes on from a parked run's checkpoint: after its approval's decision, or
+    after its connection wait (connected, or expired)."""
+    if isinstance(resumed, Resolved):
+        return Resume(
+            checkpoint=resumed.checkpoint,
+            decision=resumed.status,
+            note=None,
+            step_index=resumed.step_index,
+            claim_call=functools.partial(
+                resume_gate.claim_call, engine, run_id, resumed.wait_id, connection=True
+            ),
+            waits_for=WAITS_CONNECTION,
+            source=resumed.source_name,
+        )
+    return Resume(
+        checkpoint=resumed.checkpoint,
+        decision=resumed.status,
+        note=resumed.note,
+        step_index=resumed.step_index,
+        claim_call=functools.partial(resume_gate.claim_call, engine, run_id, resumed.approval_id),
+        approval_id=resumed.approval_id,
+    )
 
 
 async def _stop(beat: asyncio.Future[None], stop: asyncio.Event) -> None:

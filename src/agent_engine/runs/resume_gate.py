@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import approvals as approvals_db
+from agent_engine.db import connection_waits as waits_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.domain.gate import RESUME_STOP_MESSAGES, ResumeStop, resume_stop
 from agent_engine.runs.cancel import CHANNEL as CANCEL_CHANNEL
@@ -40,9 +41,11 @@ async def stop_parked_runs(
 ) -> list[int]:
     """In the transaction that closed the agents' gate: end their parked runs and cancel their
     approvals. Returns the ended runs' ids, sorted."""
-    ended = await approvals_db.end_parked_of_agents(
-        conn, agent_ids, error=RESUME_STOP_MESSAGES[stop], actor_id=actor_id
-    )
+    error = RESUME_STOP_MESSAGES[stop]
+    # The runs waiting for a connection end the same way (their waits first, their steps keep
+    # the reason).
+    await waits_db.cancel_open_of_agents(conn, agent_ids, error=error)
+    ended = await approvals_db.end_parked_of_agents(conn, agent_ids, error=error, actor_id=actor_id)
     if ended:
         log.info("%s: ended the parked runs %s", stop, ended)
     return ended
@@ -76,13 +79,18 @@ async def refuse_park(
     return stop
 
 
-async def claim_call(engine: AsyncEngine, run_id: int, approval_id: int) -> bool:
-    """The compare-and-set before an approved call: True for exactly one attempt, and only while
-    the agent may run. A closed gate ends the run (its worker is told, like a cancel's)."""
+async def claim_call(
+    engine: AsyncEngine, run_id: int, wait_id: int, *, connection: bool = False
+) -> bool:
+    """The compare-and-set before an approved call (or, `connection`, the call its owner's new
+    connection lets go on): True for exactly one attempt, and only while the agent may run. A
+    closed gate ends the run (its worker is told, like a cancel's)."""
     async with engine.begin() as conn:
         stop = await _stop_of(conn, run_id, shared=True)
         if stop is None:
-            return await approvals_db.claim_call(conn, approval_id)
+            if connection:
+                return await waits_db.claim_call(conn, wait_id)
+            return await approvals_db.claim_call(conn, wait_id)
         await _end(conn, run_id, stop)
         await conn.execute(runs_sql.NOTIFY, {"channel": CANCEL_CHANNEL, "payload": str(run_id)})
         return False
@@ -105,6 +113,7 @@ async def _end(conn: AsyncConnection, run_id: int, stop: ResumeStop) -> None:
     """End the run like a cancelled one; its approval first, so its waiting step keeps the reason
     (the run's end would close it with a generic one)."""
     error = RESUME_STOP_MESSAGES[stop]
+    await waits_db.cancel_open(conn, [run_id], error=error)
     await approvals_db.cancel_open(conn, [run_id], actor_id=None, error=error)
     if (await conn.execute(runs_sql.CANCEL, {"run_id": run_id, "error": error})).first():
         log.info("run %s ended instead of going on: %s", run_id, error)

@@ -65,7 +65,8 @@ async def traced_run(engine: AsyncEngine, claim: Claim) -> AsyncIterator[TracedR
         run_id=claim.run_id,
         owner_id=ctx.owner_id,
         resume_of=saved,
-        approval_id=resumed.approval_id if resumed is not None else None,
+        # A connection wait's resume has no decision to link (its owner connected or it expired).
+        approval_id=getattr(resumed, "approval_id", None),
     ) as handle:
         if saved is None:
             # A fresh run (or one parked before tracing was on): this span's context is the

@@ -79,6 +79,8 @@ class StepRecorder:
                         storable_text(name),
                         None if input is None else storable_json_dumps(input),
                         self._now_fn(),
+                        ended["p_authority"],
+                        ended["p_account"],
                     )
                 except _CONNECTION_ERRORS:
                     await conn.invalidate()
@@ -100,6 +102,8 @@ class StepRecorder:
             "p_prompt": end.prompt_tokens,
             "p_completion": end.completion_tokens,
             "p_finished": self._now_fn(),
+            "p_authority": end.authority,
+            "p_account": None if end.account is None else storable_text(end.account),
         }
 
     async def _fallback_finished(self, index: int, end: StepEnd) -> None:

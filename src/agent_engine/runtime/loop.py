@@ -28,6 +28,7 @@ from agent_engine.domain.zones import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
 from agent_engine.observability import tracing
+from agent_engine.runtime.authority import Authority, not_connected_message
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
@@ -37,6 +38,7 @@ from agent_engine.runtime.fallback import (
     ChainFailed,
     Fallbacks,
 )
+from agent_engine.runtime.mcp_calls import McpCalls
 from agent_engine.runtime.prefill import Prefill
 from agent_engine.runtime.providers.base import (
     Message,
@@ -48,15 +50,15 @@ from agent_engine.runtime.providers.base import (
 )
 from agent_engine.runtime.providers.builtin import BuiltinProvider
 from agent_engine.runtime.providers.openai_provider import OpenAIProvider
-from agent_engine.runtime.tools.mcp import call_meta, check_arguments
+from agent_engine.runtime.tools.mcp import check_arguments
 from agent_engine.runtime.tools.registry import core_tools, optional_tools, validate_arguments
 from agent_engine.runtime.tools.spec import (
     McpTool,
     ToolCallContext,
     ToolError,
-    ToolHandler,
     ToolSpec,
 )
+from agent_engine.runtime.tools.spec import ToolFailed as ToolFailed
 from agent_engine.runtime.transcript import (
     StepEnd,
     StepKind,
@@ -65,7 +67,6 @@ from agent_engine.runtime.transcript import (
     step_output,
     tool_input,
 )
-from agent_engine.tool_sources.client import McpError, SessionPool, TooLarge, bearer
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +82,13 @@ FAILED = "failed"
 PARKED = "parked"
 APPROVED = "approved"
 EXPIRED = "expired"
+CONNECTED = "connected"
+# What a parked run waits for (`Parked.waits_for`, `Resume.waits_for`).
+WAITS_APPROVAL = "approval"
+WAITS_CONNECTION = "connection"
 REASON_ITERATION_CAP = "iteration_cap"
 REASON_ERROR = "error"
 REASON_TOKEN_CAP = "token_cap"
-
-
-class ToolFailed(Exception):
-    """A tool could not answer for reasons outside the model's control; the run ends failed."""
-
-    def __init__(self, tool: str, detail: str) -> None:
-        super().__init__(f"tool {tool} failed: {detail}")
-        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -115,6 +112,11 @@ class Parked:
     input: dict[str, Any]
     step_index: int
     checkpoint: dict[str, Any]
+    # "approval" (a WRITE call for the owner to decide) or "connection" (an OWNER_OAUTH call
+    # whose owner has no CONNECTED account at `source`).
+    waits_for: str = WAITS_APPROVAL
+    source_id: int | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,16 @@ class Resume:
     exactly one attempt make an approved call."""
 
     checkpoint: dict[str, Any]
-    decision: str  # "approved" | "declined" | "expired"
+    # approval: "approved" | "declined" | "expired"; connection: "connected" | "expired"
+    decision: str
     note: str | None
     step_index: int
     claim_call: Callable[[], Awaitable[bool]]
     # The approval decided (the resumed call's `execute_tool` span names it).
     approval_id: int | None = None
+    waits_for: str = WAITS_APPROVAL
+    # connection: the source whose account the run waited for (what the model hears).
+    source: str | None = None
 
 
 @dataclass
@@ -228,8 +234,10 @@ class Runtime:
         self._retired: list[OpenAIProvider] = []
         self._builtin = BuiltinProvider()
         self._loop: asyncio.AbstractEventLoop | None = None
-        # One MCP session per server and credential for this process: no handshake per call.
-        self.mcp_sessions = SessionPool(timeout=tool_timeout_seconds)
+        # MCP calls: the authority each carries, one pooled session per server and credential
+        # (per owner and server for OWNER_OAUTH) for this process: no handshake per call.
+        self.mcp = McpCalls(engine, self.credentials, timeout_seconds=tool_timeout_seconds)
+        self.mcp_sessions = self.mcp.sessions
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -248,7 +256,7 @@ class Runtime:
         self._retired = []
         for provider in providers:
             await provider.aclose()
-        await self.mcp_sessions.aclose()
+        await self.mcp.aclose()
 
     def toolset(self, ctx: RunContext) -> dict[str, ToolSpec]:
         """Core tools, then the run's optional tools that the registry still has, then its
@@ -264,42 +272,10 @@ class Runtime:
                     name=tool.name,
                     description=tool.description,
                     parameters=tool.input_schema,
-                    handler=self._mcp_handler(tool),
+                    handler=self.mcp.handler(tool),
                     mcp=tool,
                 )
         return tools
-
-    def _mcp_handler(self, tool: McpTool) -> ToolHandler:
-        async def call(ctx: ToolCallContext, arguments: dict[str, Any]) -> str:
-            try:
-                # Checked again before each send, as for models: a row written before the rule
-                # or straight in SQL sends nothing.
-                await self.credentials.check(tool.auth_env, what=f"the source of tool {tool.name}")
-            except CredentialRefused as exc:
-                raise ToolFailed(
-                    tool.name, "its source's credential variable is not allowed"
-                ) from exc
-            try:
-                result = await self.mcp_sessions.call(
-                    tool.url,
-                    bearer(tool.auth_env),
-                    tool.remote_name,
-                    arguments,
-                    meta=call_meta(owner_id=ctx.owner_id, agent_id=ctx.agent_id, run_id=ctx.run_id),
-                    seconds=self._tool_timeout_seconds,
-                    idempotent=tool.access == "read",
-                )
-            except TooLarge as exc:
-                raise ToolFailed(tool.name, str(exc)) from exc
-            except McpError as exc:
-                # The URL stays in the worker log; the run names the tool.
-                log.warning("MCP tool %s in run %s: %s", tool.name, ctx.run_id, exc)
-                raise ToolFailed(tool.name, "its server could not be reached") from exc
-            if result.is_error:
-                raise ToolError(result.text or "the tool reported an error")
-            return result.text
-
-        return call
 
     async def execute(
         self,
@@ -369,14 +345,19 @@ class Runtime:
                 loop.restore(resume.checkpoint)
                 report()
                 pending = _call_from_json(resume.checkpoint["call"])
-                result, error = await self._decided_call(tools, pending, tool_ctx, resume)
+                remaining = [_call_from_json(c) for c in resume.checkpoint.get("calls", [])]
+                decided = await self._decided_call(
+                    tools, pending, remaining, tool_ctx, resume, record, loop
+                )
+                if isinstance(decided, RunOutcome):
+                    return decided  # parked again: now for the owner's connection
+                result, error, held = decided
                 await record.step_finished(
-                    resume.step_index, StepEnd(output=step_output(result), error=error)
+                    resume.step_index, _step_end(result, error, tools.get(pending.name), held)
                 )
                 loop.messages.append(
                     {"role": "tool", "tool_call_id": pending.id, "content": result}
                 )
-                remaining = [_call_from_json(c) for c in resume.checkpoint.get("calls", [])]
                 parked = await self._tool_calls(tools, remaining, tool_ctx, record, loop)
                 if parked is not None:
                     return parked
@@ -474,37 +455,54 @@ class Runtime:
             )
             spec = tools.get(call.name)
             error: str | None
+            held: Authority | None = None
             if spec is not None and spec.mcp is not None and spec.mcp.needs_approval:
                 checked = self._checked_arguments(spec, call)
                 if isinstance(checked, dict):
                     # Checked before the owner is asked: they approve a call that can be made.
-                    checkpoint = loop.checkpoint(call, calls[position + 1 :])
-                    return RunOutcome(
-                        PARKED,
-                        None,
-                        None,
-                        None,
-                        loop.tokens,
-                        loop.prompt_tokens,
-                        loop.completion_tokens,
-                        parked=Parked(
+                    # Approval first; the connection, if the call needs one, after it.
+                    return _parked(
+                        loop,
+                        Parked(
                             tool_id=spec.mcp.id,
                             tool_name=spec.name,
                             input=checked,
                             step_index=step,
-                            checkpoint=checkpoint,
+                            checkpoint=loop.checkpoint(call, calls[position + 1 :]),
                         ),
                     )
                 result, error = checked
             else:
                 try:
-                    result, error = await self._call_tool(tools, call, tool_ctx)
+                    if spec is not None and spec.mcp is not None:
+                        held = await self.mcp.authority(spec.mcp, tool_ctx)
+                        if held is None:
+                            checked = self._checked_arguments(spec, call)
+                            if not isinstance(checked, dict):
+                                result, error = checked
+                                await record.step_finished(
+                                    step, _step_end(result, error, spec, None)
+                                )
+                                loop.messages.append(
+                                    {"role": "tool", "tool_call_id": call.id, "content": result}
+                                )
+                                continue
+                            return _parked(
+                                loop,
+                                _connection_park(
+                                    spec.mcp,
+                                    checked,
+                                    step,
+                                    loop.checkpoint(call, calls[position + 1 :]),
+                                ),
+                            )
+                    result, error = await self._call_tool(tools, call, tool_ctx, held)
                 except ToolFailed as exc:
                     await record.step_finished(
-                        step, StepEnd(error=truncate(str(exc), MAX_ERROR_CHARS))
+                        step, _step_end(None, truncate(str(exc), MAX_ERROR_CHARS), spec, held)
                     )
                     raise
-            await record.step_finished(step, StepEnd(output=step_output(result), error=error))
+            await record.step_finished(step, _step_end(result, error, spec, held))
             loop.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return None
 
@@ -531,23 +529,63 @@ class Runtime:
         self,
         tools: dict[str, ToolSpec],
         call: ToolCall,
+        remaining: list[ToolCall],
         tool_ctx: ToolCallContext,
         resume: Resume,
-    ) -> tuple[str, str | None]:
-        """The parked call, once decided: approved -> made (at most once: `claim_call` is the
-        compare-and-set); declined or expired -> the model hears it as the tool's result."""
-        if resume.decision != APPROVED:
-            message = decline_message(resume.decision, resume.note)
-            return _tool_error(message)
+        record: Transcript,
+        loop: _LoopState,
+    ) -> tuple[str, str | None, Authority | None] | RunOutcome:
+        """The parked call, once decided: approved (or its owner connected) -> made, at most
+        once (`claim_call` is the compare-and-set); declined, or expired -> the model hears it
+        as the tool's result. An approved call of an OWNER_OAUTH tool whose owner has no
+        CONNECTED account parks again, for the connection (the call not yet claimed)."""
+        if resume.waits_for == WAITS_CONNECTION:
+            if resume.decision != CONNECTED:
+                text, error = _tool_error(not_connected_message(resume.source or "its source"))
+                return text, error, None
+        elif resume.decision != APPROVED:
+            text, error = _tool_error(decline_message(resume.decision, resume.note))
+            return text, error, None
+        spec = tools.get(call.name)
+        held: Authority | None = None
+        if spec is not None and spec.mcp is not None:
+            try:
+                held = await self.mcp.authority(spec.mcp, tool_ctx)
+            except ToolFailed as exc:
+                await record.step_finished(
+                    resume.step_index,
+                    _step_end(None, truncate(str(exc), MAX_ERROR_CHARS), spec, None),
+                )
+                raise
+            if held is None:
+                checked = self._checked_arguments(spec, call)
+                if isinstance(checked, dict):
+                    return _parked(
+                        loop,
+                        _connection_park(
+                            spec.mcp, checked, resume.step_index, loop.checkpoint(call, remaining)
+                        ),
+                    )
+                return checked[0], checked[1], None
         if not await resume.claim_call():
             raise ToolFailed(
                 call.name,
                 "an earlier attempt at this approved call may have reached the server;"
                 " it is not made twice",
             )
-        if call.name not in tools:
-            return _tool_error(f"the tool '{call.name}' is no longer available")
-        return await self._call_tool(tools, call, tool_ctx, approval_id=resume.approval_id)
+        if spec is None:
+            gone, refusal = _tool_error(f"the tool '{call.name}' is no longer available")
+            return gone, refusal, None
+        try:
+            result, called_error = await self._call_tool(
+                tools, call, tool_ctx, held, approval_id=resume.approval_id
+            )
+        except ToolFailed as exc:
+            await record.step_finished(
+                resume.step_index, _step_end(None, truncate(str(exc), MAX_ERROR_CHARS), spec, held)
+            )
+            raise
+        return result, called_error, held
 
     def _opening(self, ctx: RunContext, now: datetime) -> list[Message]:
         zone = zone_or_utc(ctx.owner_timezone)
@@ -596,6 +634,7 @@ class Runtime:
         tools: dict[str, ToolSpec],
         call: ToolCall,
         tool_ctx: ToolCallContext,
+        held: Authority | None = None,
         *,
         approval_id: int | None = None,
     ) -> tuple[str, str | None]:
@@ -606,20 +645,24 @@ class Runtime:
             return _tool_error(
                 f"unknown tool '{call.name}'; the available tools are {', '.join(sorted(tools))}"
             )
-        with tracing.tool_span(spec, call, approval_id=approval_id) as span:
-            result, error = await self._checked_call(spec, call, tool_ctx)
+        authority = held.kind if held is not None else None
+        with tracing.tool_span(spec, call, approval_id=approval_id, authority=authority) as span:
+            result, error = await self._checked_call(spec, call, tool_ctx, held)
             span.result(result, error=error)
         return result, error
 
     async def _checked_call(
-        self, spec: ToolSpec, call: ToolCall, tool_ctx: ToolCallContext
+        self, spec: ToolSpec, call: ToolCall, tool_ctx: ToolCallContext, held: Authority | None
     ) -> tuple[str, str | None]:
         arguments = self._checked_arguments(spec, call)
         if not isinstance(arguments, dict):
             return arguments
         try:
             async with asyncio.timeout(self._tool_timeout_seconds):
-                result = await spec.handler(tool_ctx, arguments)
+                if spec.mcp is not None and held is not None:
+                    result = await self.mcp.call(spec.mcp, held, tool_ctx, arguments)
+                else:
+                    result = await spec.handler(tool_ctx, arguments)
         except ToolError as exc:
             text, _ = _tool_error(str(exc))
             return truncate(text, self._max_tool_result_chars), truncate(str(exc), MAX_ERROR_CHARS)
@@ -670,6 +713,50 @@ def _model_error(model: ModelSpec, exc: Exception) -> str:
 
 def _tool_error(message: str) -> tuple[str, str]:
     return f"error: {message}", message
+
+
+def _step_end(
+    result: str | None, error: str | None, spec: ToolSpec | None, held: Authority | None
+) -> StepEnd:
+    """A tool step's end; an MCP tool's names the authority its call carried (or would have:
+    the source's kind when no credential was had) and the owner's account."""
+    authority_kind = None
+    if spec is not None and spec.mcp is not None:
+        authority_kind = held.kind if held is not None else spec.mcp.auth
+    return StepEnd(
+        output=step_output(result),
+        error=error,
+        authority=authority_kind,
+        account=held.account if held is not None else None,
+    )
+
+
+def _connection_park(
+    tool: McpTool, arguments: dict[str, Any], step_index: int, checkpoint: dict[str, Any]
+) -> Parked:
+    return Parked(
+        tool_id=tool.id,
+        tool_name=tool.name,
+        input=arguments,
+        step_index=step_index,
+        checkpoint=checkpoint,
+        waits_for=WAITS_CONNECTION,
+        source_id=tool.source_id,
+        source=tool.source,
+    )
+
+
+def _parked(loop: _LoopState, parked: Parked) -> RunOutcome:
+    return RunOutcome(
+        PARKED,
+        None,
+        None,
+        None,
+        loop.tokens,
+        loop.prompt_tokens,
+        loop.completion_tokens,
+        parked=parked,
+    )
 
 
 def usage_split(reply: ModelReply) -> tuple[int, int]:

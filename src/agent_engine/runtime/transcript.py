@@ -48,13 +48,17 @@ class FallbackAnswer:
 @dataclass(frozen=True)
 class StepEnd:
     """How a step ended: its output (bounded), the error if it failed, the tokens it cost;
-    `fallback` when a fallback model answered the model call."""
+    `fallback` when a fallback model answered the model call, and for an MCP tool call whose
+    authority it carried."""
 
     output: str | None = None
     error: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     fallback: FallbackAnswer | None = None
+    # An MCP tool step: whose authority the call carried, and the owner's account (owner_oauth).
+    authority: str | None = None
+    account: str | None = None
 
 
 class Transcript(Protocol):

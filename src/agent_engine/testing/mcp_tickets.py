@@ -64,6 +64,8 @@ class RecordedCall:
     arguments: dict[str, Any]
     meta: dict[str, Any]
     authorization: str | None
+    # The token's subject when the server is an OAuth resource server (oauth_servers.py).
+    subject: str | None = None
 
 
 @dataclass
@@ -84,6 +86,8 @@ class TicketState:
     page_size: int = 50
     result_chars: int | None = None
     hide_write_tool: bool = False
+    # The subject of the request's bearer token (set by an OAuth resource server wrapping this one).
+    subject_of: Callable[[], str | None] | None = None
 
 
 def base_tools(state: TicketState) -> list[types.Tool]:
@@ -148,7 +152,8 @@ def build_server(state: TicketState, gate: Callable[[], Awaitable[None]]) -> Ser
         meta.pop("progressToken", None)
         request = ctx.request
         authorization = request.headers.get("authorization") if request is not None else None
-        state.calls.append(RecordedCall(name, dict(arguments), meta, authorization))
+        subject = state.subject_of() if state.subject_of is not None else None
+        state.calls.append(RecordedCall(name, dict(arguments), meta, authorization, subject))
         await gate()
         if name == "search_tickets":
             words = str(arguments.get("query", "")).lower().split()
@@ -166,6 +171,8 @@ def build_server(state: TicketState, gate: Callable[[], Awaitable[None]]) -> Ser
                 "title": title,
                 "priority": arguments.get("priority", "normal"),
             }
+            if subject is not None:
+                ticket["createdBy"] = subject
             state.tickets.append(ticket)
             return _text(f"created {ticket['id']}: {title}")
         return _text(f"unknown tool {name}", error=True)

@@ -51,6 +51,14 @@ class TooLarge(McpError):
     refused by the transport (compressed unasked)."""
 
 
+class Unauthorized(McpError):
+    """The server answered 401: it does not accept the credential the call carried (an owner's
+    token it no longer honours, a shared credential it revoked)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server refused the call's credential (HTTP 401)")
+
+
 @dataclass(frozen=True)
 class RemoteTool:
     name: str
@@ -83,6 +91,10 @@ class Refusal:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.reason = TOO_LARGE
+        self.unauthorized = False
+
+    def error(self) -> McpError:
+        return Unauthorized() if self.unauthorized else TooLarge(self.reason)
 
     def refuse(self, request: httpx.Request, exc: Exception) -> None:
         if request.method == "GET":
@@ -91,6 +103,14 @@ class Refusal:
             return
         if not self.event.is_set():
             self.reason = _refusal_reason(exc)
+            self.event.set()
+
+    async def on_response(self, response: httpx.Response) -> None:
+        """A 401 is heard at once (the SDK's transport would leave the request waiting for its
+        timeout)."""
+        unauthorized = response.status_code == 401 and response.request.method == "POST"
+        if unauthorized and not self.event.is_set():
+            self.unauthorized = True
             self.event.set()
 
 
@@ -108,6 +128,7 @@ def _http_client(
         headers=headers,
         timeout=httpx.Timeout(timeout),
         follow_redirects=False,
+        event_hooks={"response": [refusal.on_response]},
         transport=CountingTransport(
             limit_bytes=MAX_RESPONSE_BYTES,
             total_limit_bytes=total_limit_bytes,
@@ -119,7 +140,7 @@ def _http_client(
 async def _unless_refused(work: Awaitable[T], refusal: Refusal) -> T:
     """`work`, or TooLarge as soon as a response was refused (over the limit, compressed)."""
     if refusal.event.is_set():
-        raise TooLarge(refusal.reason)
+        raise refusal.error()
     task = asyncio.ensure_future(work)
     alarm = asyncio.ensure_future(refusal.event.wait())
     try:
@@ -131,16 +152,33 @@ async def _unless_refused(work: Awaitable[T], refusal: Refusal) -> T:
                 await task
         alarm.cancel()
     if task.cancelled():
-        raise TooLarge(refusal.reason)
+        raise refusal.error()
     return task.result()
 
 
-def describe(exc: BaseException) -> str:
-    """A short, credential-free account of why talking to a server failed."""
+def _innermost(exc: BaseException) -> BaseException:
     inner = exc
     # anyio task groups wrap what the transport raised.
     while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
         inner = inner.exceptions[0]
+    return inner
+
+
+def _mcp_error(exc: BaseException, refusal: Refusal) -> McpError:
+    """What talking to the server raised, as McpError; `Unauthorized` for a 401 however it
+    surfaced (the response hook's event, or the transport's HTTPStatusError)."""
+    inner = _innermost(exc)
+    if isinstance(inner, McpError):
+        return inner
+    unauthorized = isinstance(inner, httpx.HTTPStatusError) and inner.response.status_code == 401
+    if unauthorized or refusal.unauthorized:
+        return Unauthorized()
+    return McpError(describe(exc))
+
+
+def describe(exc: BaseException) -> str:
+    """A short, credential-free account of why talking to a server failed."""
+    inner = _innermost(exc)
     if isinstance(inner, McpError):
         return str(inner)
     if isinstance(inner, TimeoutError):
@@ -250,7 +288,7 @@ class _PooledSession:
     task that entered them); calls from any task of the loop go through it."""
 
     def __init__(self, url: str, token: str | None, timeout: float) -> None:
-        self._url, self._token, self._timeout = url, token, timeout
+        self._url, self.token, self._timeout = url, token, timeout
         self._ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         # Set when a response was refused for its size (the session is then dropped).
@@ -262,13 +300,13 @@ class _PooledSession:
 
     async def _hold(self) -> None:
         try:
-            async with open_session(self._url, self._token, self._timeout, self.refusal) as session:
+            async with open_session(self._url, self.token, self._timeout, self.refusal) as session:
                 self._ready.set_result(session)
                 await self._closing.wait()
         except BaseException as exc:
             self.broken = True
             if not self._ready.done():
-                self._ready.set_exception(McpError(describe(exc)))
+                self._ready.set_exception(_mcp_error(exc, self.refusal))
             elif not isinstance(exc, asyncio.CancelledError):
                 log.info("an MCP session ended: %s", describe(exc))
         finally:
@@ -292,8 +330,13 @@ class SessionPool:
 
     def __init__(self, *, timeout: float) -> None:
         self._timeout = timeout
+        # (URL, holder): the holder is "owner:<id>" for an owner's own account (one session per
+        # owner and server, replaced when their token is refreshed), else the credential itself.
         self._sessions: dict[tuple[str, str | None], _PooledSession] = {}
         self._lock = asyncio.Lock()
+        self._retiring: dict[_PooledSession, asyncio.Task[None]] = {}
+        # Sessions opened so far (each one an MCP handshake): what the pool saves shows here.
+        self.opened = 0
 
     async def call(
         self,
@@ -305,25 +348,28 @@ class SessionPool:
         meta: dict[str, Any],
         seconds: float,
         idempotent: bool = False,
+        owner_id: int | None = None,
     ) -> CallResult:
         """`tools/call` within `seconds` (raises TimeoutError); McpError when the server cannot be
         reached or the session broke mid-call. `idempotent` (a READ tool): a call that failed on a
         session kept from earlier (the server restarted and forgot it) is tried once more on a
-        new session; a WRITE call never is -- the server may have acted."""
+        new session; a WRITE call never is -- the server may have acted. `owner_id`: the token
+        is that owner's own (OWNER_OAUTH): their session is kept per (owner, server)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        pooled, fresh = await self._pooled(url, token)
+        key = (url, token if owner_id is None else f"owner:{owner_id}")
+        pooled, fresh = await self._pooled(key, token)
         try:
             return await self._call_on(pooled, tool, arguments, meta, deadline)
         except McpError as exc:
-            await self._drop(url, token, pooled)
-            if fresh or not idempotent or isinstance(exc, TooLarge):
+            await self._drop(key, pooled)
+            if fresh or not idempotent or isinstance(exc, TooLarge | Unauthorized):
                 raise
-        retry, _ = await self._pooled(url, token)
+        retry, _ = await self._pooled(key, token)
         try:
             return await self._call_on(retry, tool, arguments, meta, deadline)
         except McpError:
-            await self._drop(url, token, retry)
+            await self._drop(key, retry)
             raise
 
     async def _call_on(
@@ -346,29 +392,48 @@ class SessionPool:
         except McpError:
             raise
         except Exception as exc:
-            raise McpError(describe(exc)) from exc
+            raise _mcp_error(exc, pooled.refusal) from exc
         pooled.used = True
         return CallResult(result_text(result), bool(result.isError))
 
-    async def _pooled(self, url: str, token: str | None) -> tuple[_PooledSession, bool]:
-        """The session for (url, token) and whether it is new (never used for a call)."""
+    async def _pooled(
+        self, key: tuple[str, str | None], token: str | None
+    ) -> tuple[_PooledSession, bool]:
+        """The session for `key` and whether it is new (never used for a call)."""
         async with self._lock:
-            key = (url, token)
             pooled = self._sessions.get(key)
+            if pooled is not None and not pooled.broken and pooled.token != token:
+                # The owner's token was refreshed: calls in flight on the old session finish
+                # (within the tool timeout) before it closes.
+                self._retire(pooled)
+                pooled = None
             if pooled is None or pooled.broken:
                 if pooled is not None:
                     await pooled.aclose()
-                pooled = self._sessions[key] = _PooledSession(url, token, self._timeout)
+                pooled = self._sessions[key] = _PooledSession(key[0], token, self._timeout)
+                self.opened += 1
             return pooled, not pooled.used
 
-    async def _drop(self, url: str, token: str | None, pooled: _PooledSession) -> None:
+    def _retire(self, pooled: _PooledSession) -> None:
+        async def close_later() -> None:
+            await asyncio.sleep(self._timeout)
+            self._retiring.pop(pooled, None)
+            await pooled.aclose()
+
+        self._retiring[pooled] = asyncio.ensure_future(close_later())
+
+    async def _drop(self, key: tuple[str, str | None], pooled: _PooledSession) -> None:
         async with self._lock:
-            if self._sessions.get((url, token)) is pooled:
-                del self._sessions[(url, token)]
+            if self._sessions.get(key) is pooled:
+                del self._sessions[key]
         await pooled.aclose()
 
     async def aclose(self) -> None:
         sessions = list(self._sessions.values())
         self._sessions.clear()
+        for retired, task in list(self._retiring.items()):
+            task.cancel()
+            sessions.append(retired)
+        self._retiring.clear()
         for pooled in sessions:
             await pooled.aclose()

@@ -36,6 +36,7 @@ from agent_engine.domain.mcp import (
     name_problem,
     schema_shape_problem,
 )
+from agent_engine.oauth.access import NotConnected, TokenUnavailable, owner_access_token
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
 from agent_engine.runtime.tools.mcp import SchemaRefused, validator
 from agent_engine.tool_sources.client import (
@@ -143,11 +144,19 @@ async def sync_source(
         async with engine.begin() as conn:
             await sources_db.record_sync_failure(conn, source_id, error)
         return SyncResult(False, 0, error)
+    token, anonymous_oauth = await _listing_token(engine, source, actor_id)
     try:
         # In a child process: the listing's memory and CPU are not this process's (listing.py).
-        remote = await list_tools_isolated(source.url, bearer(source.auth_env), seconds=seconds)
+        remote = await list_tools_isolated(source.url, token, seconds=seconds)
     except McpError as exc:
-        error = escaped(f"sync failed: {exc}")[:MAX_ERROR_CHARS]
+        error = f"sync failed: {exc}"
+        if anonymous_oauth:
+            error += (
+                " (OWNER_OAUTH: the listing was anonymous, as the syncing admin has no connected"
+                " account of their own at this source; connect yours with connectToolSource and"
+                " sync again)"
+            )
+        error = escaped(error)[:MAX_ERROR_CHARS]
         log.warning("MCP source %s: %s", source.name, error)
         async with engine.begin() as conn:
             await sources_db.record_sync_failure(conn, source_id, error)
@@ -164,6 +173,26 @@ async def sync_source(
     async with engine.begin() as conn:
         await sources_db.record_sync_failure(conn, source_id, error)
     return SyncResult(False, 0, error)
+
+
+async def _listing_token(
+    engine: AsyncEngine, source: sources_db.ToolSourceRow, actor_id: int | None
+) -> tuple[str | None, bool]:
+    """The credential a listing carries, and whether it is an OWNER_OAUTH listing without one.
+
+    SHARED: the variable's credential. OWNER_OAUTH: the syncing admin's own connection when they
+    connected one, else none (the server's anonymous listing, when it allows one); a periodic
+    sync (no admin) is anonymous. An owner's token is never used to list for anybody else."""
+    if not source.owner_oauth:
+        return bearer(source.auth_env), False
+    if actor_id is not None:
+        try:
+            found = await owner_access_token(engine, owner_id=actor_id, source_id=source.id)
+        except (NotConnected, TokenUnavailable):
+            pass
+        else:
+            return found.access_token, False
+    return None, True
 
 
 async def _write(

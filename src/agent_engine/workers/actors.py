@@ -28,7 +28,15 @@ from agent_engine.delivery import outbox
 from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.domain.runs import RunState
 from agent_engine.observability import tracing
-from agent_engine.runs import approvals, execute, reaper, retention, run_trace, scheduler
+from agent_engine.runs import (
+    approvals,
+    connection_waits,
+    execute,
+    reaper,
+    retention,
+    run_trace,
+    scheduler,
+)
 from agent_engine.runs.execute import Claim
 from agent_engine.runs.request import Enqueue
 from agent_engine.settings import Settings
@@ -157,6 +165,12 @@ async def reap_stale_runs() -> None:
         # Approvals past their time expire (the model hears a decline); decided ones whose
         # message was lost are sent again.
         await approvals.sweep(
+            context.engine,
+            enqueue=context.enqueue_execute,
+            resend_after_seconds=settings.queued_resend_after_seconds,
+        )
+        # Connection waits likewise: past their time the model hears "not connected".
+        await connection_waits.sweep(
             context.engine,
             enqueue=context.enqueue_execute,
             resend_after_seconds=settings.queued_resend_after_seconds,

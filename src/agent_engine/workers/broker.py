@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import dramatiq
 import redis.asyncio as aioredis
 
+from agent_engine.runs import connection_waits
 from agent_engine.settings import Settings
 from agent_engine.workers.actors import Actors, declare_actors
 from agent_engine.workers.middleware import SharedAsyncIO
@@ -56,6 +57,8 @@ def configure_broker(settings: Settings) -> dramatiq.Broker:
         )
         dramatiq.set_broker(broker)
         _configured = (settings, broker, actors)
+        # The OAuth callback resumes the runs waiting for the account it connected through it.
+        connection_waits.use_sender(enqueue_execute)
         return broker
 
 
@@ -152,6 +155,7 @@ def close_broker() -> None:
         if _configured is not None:
             _configured[1].close()
             _configured = None
+        connection_waits.use_sender(None)
 
 
 async def ping_broker(url: str, *, timeout_seconds: float) -> None:

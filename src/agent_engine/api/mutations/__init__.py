@@ -13,6 +13,7 @@ import strawberry
 from agent_engine.api.mutations.admin import AdminMutation
 from agent_engine.api.mutations.agents import AgentMutation
 from agent_engine.api.mutations.approvals import ApprovalMutation
+from agent_engine.api.mutations.connections import ConnectionMutation
 from agent_engine.api.mutations.delivery import AgentDeliveryMutation, DeliveryTargetMutation
 from agent_engine.api.mutations.runs import RunMutation
 from agent_engine.api.mutations.settings import SettingsMutation
@@ -24,6 +25,7 @@ class Mutation(
     AgentMutation,
     RunMutation,
     ApprovalMutation,
+    ConnectionMutation,
     AgentDeliveryMutation,
     AdminMutation,
     DeliveryTargetMutation,

@@ -30,6 +30,7 @@ from agent_engine.api.types.users import User, shown_user
 from agent_engine.db import catalog
 from agent_engine.db.models.agents import ADMIN_PAUSE_NOTE_MAX_CHARS
 from agent_engine.domain.credentials import credential_env_problem
+from agent_engine.oauth.flow import forget_owner_connections
 from agent_engine.runs import model_slots
 
 
@@ -72,7 +73,18 @@ class AdminMutation:
         if ident == viewer.user_id:
             raise Conflict("an admin cannot deactivate their own account")
         async with transaction(info) as conn:
-            return await admin_service.deactivate_owner(conn, ident, actor_id=viewer.user_id)
+            switched_off = await admin_service.deactivate_owner(
+                conn, ident, actor_id=viewer.user_id
+            )
+        # Their accounts at OWNER_OAUTH sources: revoked where the server offers it, forgotten.
+        settings = services(info)["settings"]
+        await forget_owner_connections(
+            services(info)["engine"],
+            owner_id=ident,
+            actor_id=viewer.user_id,
+            keys=settings.token_keyring(),
+        )
+        return switched_off
 
     @described_mutation(
         description=(

@@ -3,8 +3,11 @@ action is in the audit log; the credential itself is never stored, only its vari
 
 from __future__ import annotations
 
+import re
+
 import strawberry
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.agents import audit
 from agent_engine.agents import credentials as credential_rules
@@ -28,6 +31,70 @@ async def _fresh(info: Info, source_id: int) -> ToolSource:
     if row is None:  # never existed, or removed by a concurrent request meanwhile
         raise NotFound("tool source", source_id)
     return ToolSource.from_row(row)
+
+
+SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]{1,200}$")  # RFC 6749 §3.3 scope-token
+MAX_SCOPES = 50
+
+
+async def _checked_auth(
+    conn: AsyncConnection, info: Info, input: ToolSourceInput
+) -> sources_db.SourceAuth:
+    """How the source authenticates, checked: OWNER_OAUTH takes no authEnv; the client
+    variables follow the credential rules of authEnv (no engine settings, no delivery secrets)."""
+    auth = (
+        input.auth.name.lower()
+        if input.auth is not None
+        else ("shared" if input.auth_env else "none")
+    )
+    if auth == "owner_oauth" and input.auth_env:
+        raise BadUserInput(
+            "input.authEnv",
+            "an OWNER_OAUTH source sends each owner's own token, never a shared credential:"
+            " leave authEnv out",
+        )
+    if auth == "shared" and not input.auth_env:
+        raise BadUserInput("input.authEnv", "a SHARED source needs authEnv (the credential)")
+    oauth_fields = {
+        "input.oauthScopes": input.oauth_scopes,
+        "input.oauthClientIdEnv": input.oauth_client_id_env,
+        "input.oauthClientSecretEnv": input.oauth_client_secret_env,
+    }
+    if auth != "owner_oauth":
+        for field, value in oauth_fields.items():
+            if value is not None:
+                raise BadUserInput(field, "only an OWNER_OAUTH source takes it")
+        return sources_db.SourceAuth(auth)
+    scopes = input.oauth_scopes
+    if scopes is not None:
+        if len(scopes) > MAX_SCOPES:
+            raise BadUserInput("input.oauthScopes", f"at most {MAX_SCOPES} scopes")
+        for scope in scopes:
+            if not SCOPE.match(scope):
+                raise BadUserInput(
+                    "input.oauthScopes",
+                    f"{scope[:50]!r} is not an OAuth scope (printable ASCII, no space, quote or"
+                    " backslash, at most 200 characters)",
+                )
+    if input.oauth_client_secret_env and not input.oauth_client_id_env:
+        raise BadUserInput(
+            "input.oauthClientIdEnv", "a client secret needs its client id (oauthClientIdEnv)"
+        )
+    prefixes = services(info)["settings"].credential_prefixes
+    for field, name in (
+        ("input.oauthClientIdEnv", input.oauth_client_id_env),
+        ("input.oauthClientSecretEnv", input.oauth_client_secret_env),
+    ):
+        if problem := await credential_rules.credential_key_problem(
+            conn, name, allowed_prefixes=prefixes
+        ):
+            raise BadUserInput(field, problem)
+    return sources_db.SourceAuth(
+        "owner_oauth",
+        None if scopes is None else list(dict.fromkeys(scopes)),
+        input.oauth_client_id_env,
+        input.oauth_client_secret_env,
+    )
 
 
 @strawberry.type
@@ -54,6 +121,7 @@ class ToolSourceMutation:
                 allowed_prefixes=services(info)["settings"].credential_prefixes,
             ):
                 raise BadUserInput("input.authEnv", problem)
+            source_auth = await _checked_auth(conn, info, input)
             same_name = await sources_db.source_by_name(conn, input.name)
             if same_name is not None and same_name.id != source_id:
                 raise BadUserInput("input.name", f"a tool source named {input.name!r} exists")
@@ -61,10 +129,21 @@ class ToolSourceMutation:
             try:
                 if source_id is None:
                     saved = await sources_db.insert_source(
-                        conn, name=name, url=url, auth_env=auth_env, enabled=enabled
+                        conn,
+                        name=name,
+                        url=url,
+                        auth_env=auth_env,
+                        enabled=enabled,
+                        auth=source_auth,
                     )
                 elif await sources_db.update_source(
-                    conn, source_id, name=name, url=url, auth_env=auth_env, enabled=enabled
+                    conn,
+                    source_id,
+                    name=name,
+                    url=url,
+                    auth_env=auth_env,
+                    enabled=enabled,
+                    auth=source_auth,
                 ):
                     saved = source_id
                 else:
@@ -83,6 +162,10 @@ class ToolSourceMutation:
                     "name": input.name,
                     "url": audit.redacted_url(input.url),
                     "authEnv": input.auth_env,
+                    "auth": source_auth.auth.upper(),
+                    "oauthScopes": source_auth.oauth_scopes,
+                    "oauthClientIdEnv": source_auth.oauth_client_id_env,
+                    "oauthClientSecretEnv": source_auth.oauth_client_secret_env,
                     "enabled": input.enabled,
                 },
             )

@@ -217,11 +217,13 @@
       caps: false,
       retry: false,
       fallback: false,
+      connections: false,
     },
     agents: new Map(), // id → agent
     feed: new Map(), // run id → { run, node }
     socket: null,
     fleetTimer: null,
+    connectUrls: new Map(), // source id → the authorization URL last given for it
   };
 
   const FEATURES_QUERY = `query DashboardFeatures {
@@ -242,7 +244,7 @@
     const forecast = state.features.forecast
       ? "forecast { projectedTokens exhaustsAt agentsWithoutHistory }"
       : "";
-    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    const waiting = waitingFields();
     const caps = state.features.caps ? "usedTokensThisWeek weeklyTokenCap maxTokensPerRun" : "";
     // Which model answered each model call of the last run (a fallback's steps are marked).
     const fallbackSteps = state.features.fallback ? "steps { kind name fallback }" : "";
@@ -263,6 +265,15 @@
       }
       ${approvals}
     }`;
+  }
+
+  // What a parked run waits for: its owner's approval, or their connection at a tool source.
+  function waitingFields() {
+    const approval = state.features.approvals ? "pendingApproval { id }" : "";
+    const connection = state.features.connections
+      ? "waitingFor pendingConnection { sourceId sourceName status }"
+      : "";
+    return `${approval} ${connection}`;
   }
 
   function adminQuery() {
@@ -288,7 +299,7 @@
 
   function runEventsQuery() {
     // A parked run (a tool call waiting for its owner) comes as RUNNING → RUNNING with it set.
-    const waiting = state.features.approvals ? "pendingApproval { id }" : "";
+    const waiting = waitingFields();
     // The run's trace (tracing on): shown in the feed, linked when the server has a template.
     const trace = state.features.traceId ? "traceId" : "";
     return `subscription DashboardRunEvents {
@@ -316,6 +327,7 @@
     clearInterval(state.fleetTimer);
     state.agents.clear();
     state.feed.clear();
+    state.connectUrls.clear();
     $("#feed").replaceChildren();
     showSignIn(message);
   }
@@ -331,6 +343,8 @@
       state.features.retry = hasField(features.run, "retryOf");
       state.features.fallback = hasField(features.runStep, "fallback");
       state.features.traceId = hasField(features.run, "traceId");
+      state.features.connections =
+        hasField(features.run, "pendingConnection") && hasField(features.query, "toolConnections");
       state.viewer = viewer.viewer;
     } catch (error) {
       signOut(
@@ -485,6 +499,68 @@
     });
   }
 
+  // A run waiting for its owner's account at an OWNER_OAUTH source: the owner gets the link
+  // (connectToolSource gives a single-use authorization URL; it opens in a new tab).
+  function waitingForConnection(run, agent) {
+    const pending = run.pendingConnection;
+    const expired = pending.status === "EXPIRED" ? " (expired)" : "";
+    const owner = agent && agent.owner ? agent.owner.id : state.viewer.user.id;
+    if (owner !== state.viewer.user.id) {
+      return el("span", {
+        class: "meta",
+        text: `waiting for its owner's connection to ${pending.sourceName}${expired}`,
+      });
+    }
+    const link = el("a", {
+      href: "#",
+      class: "connect",
+      "data-source-id": pending.sourceId,
+      text: `connect your account at ${pending.sourceName}`,
+    });
+    const known = state.connectUrls.get(pending.sourceId);
+    if (known) showConnectUrl(link, known);
+    link.onclick = (event) => {
+      event.preventDefault();
+      connectSource(pending);
+    };
+    return el(
+      "span",
+      { class: "meta waiting-connection" },
+      `waiting for your connection${expired}: `,
+      link,
+    );
+  }
+
+  function showConnectUrl(link, url) {
+    link.href = url;
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.dataset.authorizationUrl = url;
+  }
+
+  async function connectSource(pending) {
+    // The tab is opened while the click is still a user gesture; the URL follows.
+    const tab = window.open("", "_blank");
+    try {
+      const data = await gql(
+        `mutation DashboardConnect($id: ID!) {
+          connectToolSource(sourceId: $id) { authorizationUrl expiresAt }
+        }`,
+        { id: pending.sourceId },
+      );
+      const url = data.connectToolSource.authorizationUrl;
+      // The feed may have re-rendered the run meanwhile: every link to this source gets it.
+      state.connectUrls.set(pending.sourceId, url);
+      for (const link of document.querySelectorAll("a.connect")) {
+        if (link.dataset.sourceId === pending.sourceId) showConnectUrl(link, url);
+      }
+      if (tab) tab.location.href = url;
+    } catch (error) {
+      if (tab) tab.close();
+      showError(new Error(`${pending.sourceName}: ${error.message}`));
+    }
+  }
+
   function upsertFeed(run, agent) {
     const known = state.feed.get(run.id);
     if (known && order(known.run) > order(run)) return; // an older state arriving late
@@ -493,8 +569,9 @@
       { "data-run-id": run.id, "data-state": run.state },
       el("span", { class: "run-id", text: `#${run.id}` }),
       el("span", { class: "agent", text: agent ? agent.name : "" }),
-      run.pendingApproval ? pill("WAITING") : pill(run.state),
+      run.pendingApproval || run.pendingConnection ? pill("WAITING") : pill(run.state),
       run.pendingApproval ? el("span", { class: "meta", text: "waiting for your approval" }) : null,
+      run.pendingConnection ? waitingForConnection(run, agent) : null,
       run.reason ? el("span", { class: "meta", text: run.reason.toLowerCase() }) : null,
       el("span", { class: "meta", text: `${number(run.tokensUsed)} tokens` }),
       el("span", { class: "meta" }, when(run.finishedAt || run.startedAt || run.createdAt)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime
+from enum import Enum
 from typing import Any, NamedTuple
 
 import strawberry
@@ -26,6 +27,7 @@ from agent_engine.api.pagination import Connection
 from agent_engine.api.resolvers import Info, awaited_later, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
 from agent_engine.api.types.catalog import AgentModel, Tool
+from agent_engine.api.types.connections import ConnectionStatus, ToolConnection, ToolSourceAuth
 from agent_engine.api.types.delivery import Delivery, DeliveryTarget
 from agent_engine.api.types.schedules import Schedule, schedule_from_json
 from agent_engine.api.types.users import User, existing_user, owner_zone
@@ -42,6 +44,14 @@ from agent_engine.observability import tracing
 from agent_engine.runtime.tools.registry import core_tools
 
 _TRIGGERS = {member.value: member for member in RunTrigger}
+
+
+@strawberry.enum(description="What a RUNNING run that no worker holds is waiting for.")
+class RunWait(Enum):
+    APPROVAL = "approval"
+    CONNECTION = "connection"
+
+
 _STATES = {member.value: member for member in RunState}
 _REASONS = {member.value: member for member in RunReason}
 
@@ -129,6 +139,37 @@ class Run:
             return None
         row = await info.context.loaders.pending_approval.load(self.row.id)
         return None if row is None else ToolApproval.from_row(row)
+
+    @described(
+        description=(
+            "What this RUNNING run is parked on; null when a worker holds it or it is not running."
+        )
+    )
+    async def waiting_for(self, info: Info) -> RunWait | None:
+        if self.row.state != RunState.RUNNING:
+            return None
+        connection, approval = await asyncio.gather(
+            info.context.loaders.pending_connection.load(self.row.id),
+            info.context.loaders.pending_approval.load(self.row.id),
+        )
+        if connection is not None:
+            return RunWait.CONNECTION
+        return RunWait.APPROVAL if approval is not None else None
+
+    @described(
+        description="The owner's connection this RUNNING run waits for (waitingFor = CONNECTION)."
+    )
+    async def pending_connection(self, info: Info) -> ToolConnection | None:
+        if self.row.state != RunState.RUNNING:
+            return None
+        pending = await info.context.loaders.pending_connection.load(self.row.id)
+        if pending is None or pending.source_id is None:
+            return None
+        # What the owner must do, never their account's details (an admin may read this too).
+        connection = ToolConnection.not_connected(pending.source_id, pending.source_name)
+        if pending.connection_status == "expired":
+            connection.status = ConnectionStatus.EXPIRED
+        return connection
 
     @described(description="One per delivery target attached to the agent when the run finished.")
     async def deliveries(self, info: Info) -> list[Delivery]:
@@ -532,6 +573,20 @@ class RunStep:
             "again)."
         ),
     )
+    authority: ToolSourceAuth | None = strawberry.field(
+        default=None,
+        description=(
+            "TOOL_CALL of an MCP tool: the credential the call carried (OWNER_OAUTH: the owner's "
+            "own account)."
+        ),
+    )
+    account: str | None = strawberry.field(
+        default=None,
+        description=(
+            "TOOL_CALL of an OWNER_OAUTH tool: the owner's account at the server the call was "
+            "made as. Owner only."
+        ),
+    )
 
     @classmethod
     def from_row(cls, row: StepRow, *, owner_view: bool) -> RunStep:
@@ -551,6 +606,8 @@ class RunStep:
             finished_at=row.finished_at,
             fallback=row.fallback,
             reused=row.reused,
+            authority=None if row.authority is None else ToolSourceAuth(row.authority),
+            account=row.account if owner_view else None,
         )
 
     @described(

@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 
 import strawberry
+from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.scalars import JSON
 
 from agent_engine.api.resolvers import Info, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
+from agent_engine.api.types.connections import ToolSourceAuth
 from agent_engine.db.catalog import AgentModelRow, ToolRow
+from agent_engine.db.connections import connected_counts
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
 from agent_engine.db.tool_sources import ToolSourceRow
 from agent_engine.domain.mcp import ToolAccess
@@ -195,6 +198,25 @@ class ToolSource:
     last_error: str | None = strawberry.field(
         description="Why the last sync failed; null after a successful one."
     )
+
+    @strawberry.field
+    def auth(self) -> ToolSourceAuth:
+        return ToolSourceAuth[self.row.auth.upper()]
+
+    @described(
+        description="OWNER_OAUTH: the scopes asked for (null: the server's scopes_supported)."
+    )
+    def oauth_scopes(self) -> list[str] | None:
+        return None if self.row.oauth_scopes is None else list(self.row.oauth_scopes)
+
+    @described(description="OWNER_OAUTH: how many owners have a CONNECTED account.")
+    async def connected_owners(self, info: Info) -> int:
+        if not self.row.owner_oauth:
+            return 0
+        engine: AsyncEngine = info.context.request.scope["state"]["engine"]
+        async with engine.connect() as conn:
+            counts = await connected_counts(conn, [self.row.id])
+        return counts.get(self.row.id, 0)
 
     @classmethod
     def from_row(cls, row: ToolSourceRow) -> ToolSource:

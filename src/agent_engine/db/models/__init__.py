@@ -10,6 +10,7 @@ from __future__ import annotations
 from agent_engine.db.models import (
     agents,
     budget,
+    connection_waits,
     delivery,
     neighbours,
     operators,
@@ -42,6 +43,10 @@ ENGINE_TABLES = (
     "run_deliveries",
     "tool_sources",
     "tool_approvals",
+    "connection_waits",
+    "tool_connections",
+    "oauth_states",
+    "tool_source_oauth_clients",
 )
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "Base",
     "agents",
     "budget",
+    "connection_waits",
     "delivery",
     "neighbours",
     "operators",

@@ -139,7 +139,13 @@ class AgentRunStep(Base):
     """One model call or tool call of a run, written as the loop goes (the run's transcript)."""
 
     __tablename__ = "agent_run_steps"
-    __table_args__ = (CheckConstraint(in_list("kind", RunStepKind), name="kind"),)
+    __table_args__ = (
+        CheckConstraint(in_list("kind", RunStepKind), name="kind"),
+        CheckConstraint(
+            "authority IS NULL OR authority IN ('none', 'shared', 'owner_oauth')",
+            name="authority",
+        ),
+    )
 
     # (run_id, index) is the key: UNIQUE per run, and the only index the table needs.
     run_id: Mapped[int] = mapped_column(
@@ -162,3 +168,7 @@ class AgentRunStep(Base):
     # A retry run's step carried over from the failed run: not made again, its tokens counted
     # nowhere (e0012_runs_recover).
     reused: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    # An MCP tool step: whose authority the call carried (its source's `auth`) and, for
+    # 'owner_oauth', the owner's account at the server. e0010_connection_waits.
+    authority: Mapped[str | None] = mapped_column(Text)
+    account: Mapped[str | None] = mapped_column(Text)

@@ -16,10 +16,21 @@ if TYPE_CHECKING:
     from agent_engine.knowledge.store import KnowledgeStore
 
 
+OWNER_OAUTH = "owner_oauth"
+
+
 class ToolError(Exception):
     """A tool's own refusal (bad arguments, nothing found): the message goes back to the model,
     which may correct the call. Anything else a tool raises is an infrastructure failure, which
-    ends the run failed/error naming the tool (runtime.loop.ToolFailed)."""
+    ends the run failed/error naming the tool (`ToolFailed`)."""
+
+
+class ToolFailed(Exception):
+    """A tool could not answer for reasons outside the model's control; the run ends failed."""
+
+    def __init__(self, tool: str, detail: str) -> None:
+        super().__init__(f"tool {tool} failed: {detail}")
+        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,9 @@ class McpTool:
     url: str
     auth_env: str | None
     auto_approved: bool
+    # Whose authority a call carries: its source's `auth` ("none" | "shared" | "owner_oauth").
+    auth: str = "none"
+    source_id: int | None = None
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> McpTool:
@@ -90,7 +104,13 @@ class McpTool:
             url=str(value["url"]),
             auth_env=value.get("auth_env"),
             auto_approved=bool(value.get("auto_approved")),
+            auth=str(value.get("auth") or ("shared" if value.get("auth_env") else "none")),
+            source_id=None if value.get("source_id") is None else int(value["source_id"]),
         )
+
+    @property
+    def owner_oauth(self) -> bool:
+        return self.auth == OWNER_OAUTH
 
     @property
     def needs_approval(self) -> bool:
