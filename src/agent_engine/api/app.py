@@ -9,6 +9,7 @@ LISTEN connection per api process) that feeds the subscriptions.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -49,7 +50,12 @@ from agent_engine.api.auth import (
 )
 from agent_engine.api.context import Context
 from agent_engine.api.encoding import dumps
-from agent_engine.api.errors import PAYLOAD_TOO_LARGE, ApiError, Unauthenticated
+from agent_engine.api.errors import (
+    PAYLOAD_TOO_LARGE,
+    ApiError,
+    Unauthenticated,
+    stray_cancellation,
+)
 from agent_engine.api.graphql_http import (
     APPLICATION_JSON,
     is_request_error,
@@ -164,6 +170,11 @@ class GraphQLView(GraphQL[Context, None]):
             response = await self.run(request)
         except HTTPException as exc:
             response = _transport_error(exc.reason, exc.status_code)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the request itself is cancelled (client gone, shutdown)
+            response = JSONResponse(stray_cancellation(exc))
         if prefers_graphql_response_json(request.headers.get("accept")):
             _as_graphql_response_json(request, response)
         await response(scope, receive, send)
