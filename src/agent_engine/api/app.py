@@ -145,10 +145,13 @@ class GraphQLView(GraphQL[Context, None]):
 
     graphql_transport_ws_handler_class = SessionHandler
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self, settings: Settings, clock: Callable[[], datetime], *, fast_execution: bool = True
+    ) -> None:
         super().__init__(
             build_schema(
-                [SubscriptionsOverSocketsOnly, *document_guards(settings), ReleaseLoaders]
+                [SubscriptionsOverSocketsOnly, *document_guards(settings), ReleaseLoaders],
+                fast_execution=fast_execution,
             ),
             graphql_ide="graphiql",
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
@@ -355,10 +358,13 @@ def create_app(
     *,
     engine: AsyncEngine | None = None,
     clock: Callable[[], datetime] | None = None,
+    fast_execution: bool = True,
 ) -> Starlette:
     """The API application.
 
-    Tests may pass their engine (then not disposed here) and a clock (the request's `now`).
+    Tests may pass their engine (then not disposed here) and a clock (the request's `now`);
+    `fast_execution=False` serves Strawberry's standard execution instead of `api/execution.py`
+    (the differential test's reference).
     """
 
     @asynccontextmanager
@@ -408,7 +414,9 @@ def create_app(
 
     # One per process, for HTTP requests and WebSocket sessions alike (the JWKS cache).
     verifier = TokenVerifier(settings)
-    view = GraphQLView(settings, clock or (lambda: datetime.now(UTC)))
+    view = GraphQLView(
+        settings, clock or (lambda: datetime.now(UTC)), fast_execution=fast_execution
+    )
     return Starlette(
         routes=[
             Route(GRAPHQL_PATH, view, methods=["GET", "POST"]),
