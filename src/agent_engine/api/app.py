@@ -9,6 +9,7 @@ LISTEN connection per api process) that feeds the subscriptions.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -49,7 +50,12 @@ from agent_engine.api.auth import (
 )
 from agent_engine.api.context import Context
 from agent_engine.api.encoding import dumps
-from agent_engine.api.errors import PAYLOAD_TOO_LARGE, ApiError, Unauthenticated
+from agent_engine.api.errors import (
+    PAYLOAD_TOO_LARGE,
+    ApiError,
+    Unauthenticated,
+    stray_cancellation,
+)
 from agent_engine.api.graphql_http import (
     APPLICATION_JSON,
     is_request_error,
@@ -141,10 +147,13 @@ class GraphQLView(GraphQL[Context, None]):
 
     graphql_transport_ws_handler_class = SessionHandler
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self, settings: Settings, clock: Callable[[], datetime], *, fast_execution: bool = True
+    ) -> None:
         super().__init__(
             build_schema(
-                [SubscriptionsOverSocketsOnly, *document_guards(settings), ReleaseLoaders]
+                [SubscriptionsOverSocketsOnly, *document_guards(settings), ReleaseLoaders],
+                fast_execution=fast_execution,
             ),
             graphql_ide="graphiql",
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
@@ -166,6 +175,11 @@ class GraphQLView(GraphQL[Context, None]):
             response = await self.run(request)
         except HTTPException as exc:
             response = _transport_error(exc.reason, exc.status_code)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the request itself is cancelled (client gone, shutdown)
+            response = JSONResponse(stray_cancellation(exc))
         if prefers_graphql_response_json(request.headers.get("accept")):
             _as_graphql_response_json(request, response)
         await response(scope, receive, send)
@@ -349,10 +363,13 @@ def create_app(
     *,
     engine: AsyncEngine | None = None,
     clock: Callable[[], datetime] | None = None,
+    fast_execution: bool = True,
 ) -> Starlette:
     """The API application.
 
-    Tests may pass their engine (then not disposed here) and a clock (the request's `now`).
+    Tests may pass their engine (then not disposed here) and a clock (the request's `now`);
+    `fast_execution=False` serves Strawberry's standard execution instead of `api/execution.py`
+    (the differential test's reference).
     """
 
     @asynccontextmanager
@@ -402,7 +419,9 @@ def create_app(
 
     # One per process, for HTTP requests and WebSocket sessions alike (the JWKS cache).
     verifier = TokenVerifier(settings)
-    view = GraphQLView(settings, clock or (lambda: datetime.now(UTC)))
+    view = GraphQLView(
+        settings, clock or (lambda: datetime.now(UTC)), fast_execution=fast_execution
+    )
     return Starlette(
         routes=[
             Route(GRAPHQL_PATH, view, methods=["GET", "POST"]),

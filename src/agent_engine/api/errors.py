@@ -153,6 +153,22 @@ def client_error(error: GraphQLError) -> GraphQLError:
     )
 
 
+def stray_cancellation(error: BaseException) -> dict[str, Any]:
+    """The answer to an operation that a `CancelledError` ended although its request was not
+    cancelled (a shared awaitable cancelled by another consumer): an INTERNAL error with a
+    correlation id, in a GraphQL body, never a plain-text HTTP 500."""
+    correlation_id = uuid.uuid4().hex
+    logger.error(
+        "operation ended by a stray cancellation %s",
+        correlation_id,
+        exc_info=error,
+        extra={"correlation_id": correlation_id},
+    )
+    message = f"internal error (correlation id {correlation_id})"
+    extensions = {"code": INTERNAL, "correlationId": correlation_id}
+    return {"data": None, "errors": [{"message": message, "extensions": extensions}]}
+
+
 # graphql-core's hints ("Did you mean 'agent'?") map the schema field by field: signed-in
 # callers keep them (GraphiQL), anonymous ones do not (validation hides them; this catches those
 # of variable coercion, which graphql-core adds at execution).

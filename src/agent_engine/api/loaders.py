@@ -8,6 +8,11 @@ read), taken by turns since resolvers run concurrently and an AsyncConnection is
 concurrent use. It is held only while batches run or follow each other: released after
 `CONNECTION_LINGER_SECONDS` without one (and at the end of the request), so a request never
 holds it while another of its resolvers waits for the pool indefinitely.
+
+A loader's future is shared by every field that asks for the same key, so no one of them may
+cancel it (`SharedLoader`): graphql-core cancels the sibling fields of an error in a non-null
+position, and a cancelled shared future would end every other field waiting on that key with a
+`CancelledError` (which no resolver catches, and which used to escape the app as an HTTP 500).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
@@ -48,6 +53,8 @@ from agent_engine.domain.forecast import expected_tokens_per_run
 from agent_engine.runs.budget import owners_budgets
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 Fetch = Callable[[AsyncConnection, Sequence[int]], Awaitable[list[T]]]
 
 
@@ -57,6 +64,19 @@ RunPageKey = tuple[int, int, int | None, tuple[str, ...] | None]
 
 # Long enough to bridge the event-loop turns between one level of resolvers and the next.
 CONNECTION_LINGER_SECONDS = 0.01
+
+
+class SharedLoader(DataLoader[K, V]):
+    """A DataLoader whose futures no consumer can cancel.
+
+    `load` hands each caller a shield of the shared future while it is pending: cancelling a
+    caller (graphql-core cancels the siblings of a failed non-null field) cancels its shield
+    only, and the batch still answers everyone else. A settled future is handed out as it is
+    (nothing can cancel it any more), which keeps the usual, cached case free of the shield."""
+
+    def load(self, key: K) -> Awaitable[V]:
+        future = cast("asyncio.Future[V]", super().load(key))  # a Future, typed Awaitable
+        return future if future.done() else asyncio.shield(future)
 
 
 @dataclass(frozen=True)
@@ -86,6 +106,12 @@ class Loaders:
         loader.prime_many(self._primed_agents, force=True)
         self._primed_agents.clear()
         return loader
+
+    @functools.cached_property
+    def agent_as_it_was(self) -> DataLoader[int, AgentRow | None]:
+        """Hidden (deleted) agents included: the agent a run or an approval read before the
+        deletion shows (`Run.agent` and `ToolApproval.agent` are non-null)."""
+        return self._reads.by_key(agents_db.agents_as_they_were, lambda row: row.id)
 
     @functools.cached_property
     def user(self) -> DataLoader[int, UserRow | None]:
@@ -151,7 +177,7 @@ class Loaders:
 
     @functools.cached_property
     def budget(self) -> DataLoader[int, Budget]:
-        return DataLoader(load_fn=self._reads.load_budgets)
+        return SharedLoader(load_fn=self._reads.load_budgets)
 
     # The transcript and deliveries of a page of runs, one statement each.
 
@@ -173,13 +199,13 @@ class Loaders:
 
     @functools.cached_property
     def run_page(self) -> DataLoader[RunPageKey, list[RunRow]]:
-        return DataLoader(load_fn=self._reads.load_run_pages)
+        return SharedLoader(load_fn=self._reads.load_run_pages)
 
     # Spend: the week's cost per owner, each agent's pace, this week's alerts.
 
     @functools.cached_property
     def budget_cost(self) -> DataLoader[int, Decimal | None]:
-        return DataLoader(load_fn=self._reads.load_budget_costs)
+        return SharedLoader(load_fn=self._reads.load_budget_costs)
 
     @functools.cached_property
     def agent_week_tokens(self) -> DataLoader[int, int]:
@@ -193,11 +219,11 @@ class Loaders:
 
     @functools.cached_property
     def expected_tokens(self) -> DataLoader[int, int | None]:
-        return DataLoader(load_fn=self._reads.load_expected_tokens)
+        return SharedLoader(load_fn=self._reads.load_expected_tokens)
 
     @functools.cached_property
     def alerts_this_week(self) -> DataLoader[int, list[BudgetAlertRow]]:
-        return DataLoader(load_fn=self._reads.load_alerts_this_week)
+        return SharedLoader(load_fn=self._reads.load_alerts_this_week)
 
     async def platform(self) -> PlatformSettings:
         """Platform settings, read once per request."""
@@ -374,7 +400,7 @@ class _Reads:
             found = {key(row): row for row in await self.fetch(fetch, ids)}
             return [found.get(i) for i in ids]
 
-        return DataLoader(load_fn=load)
+        return SharedLoader(load_fn=load)
 
     def grouped(self, fetch: Fetch[tuple[int, T]]) -> DataLoader[int, list[T]]:
         async def load(ids: Sequence[int]) -> list[list[T]]:
@@ -383,7 +409,7 @@ class _Reads:
                 grouped[owner].append(row)
             return [grouped[i] for i in ids]
 
-        return DataLoader(load_fn=load)
+        return SharedLoader(load_fn=load)
 
     async def load_run_pages(self, keys: Sequence[RunPageKey]) -> list[list[RunRow]]:
         groups: dict[tuple[int, int | None, tuple[str, ...] | None], list[int]] = {}

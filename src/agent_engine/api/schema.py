@@ -31,7 +31,11 @@ class Schema(strawberry.Schema):
 
 def build_schema(
     extensions: Sequence[Callable[[], SchemaExtension] | type[SchemaExtension]] = (),
+    *,
+    fast_execution: bool = True,
 ) -> strawberry.Schema:
+    """The schema, executed by `api/execution.py` (`fast_execution`, what the app serves) or by
+    Strawberry's standard execution (the reference the differential test compares it with)."""
     schema = Schema(
         query=Query,
         mutation=Mutation,
@@ -39,9 +43,10 @@ def build_schema(
         types=[RunEvent],
         extensions=[*extensions, ErrorPolicy],
         config=StrawberryConfig(scalar_map=SCALAR_MAP),
-        execution_context_class=Executor,
+        execution_context_class=Executor if fast_execution else None,
     )
-    streamline(schema)
+    if fast_execution:
+        streamline(schema)
     return schema
 
 

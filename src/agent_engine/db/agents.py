@@ -403,6 +403,8 @@ LIVE_AGENT = text("SELECT * FROM agents WHERE id = :id AND deleted_at IS NULL")
 LIVE_AGENTS_BY_ID = text(
     "SELECT * FROM agents WHERE id = ANY(CAST(:ids AS bigint[])) AND deleted_at IS NULL"
 )
+# Hidden ones included: the agent as it was, for a row read just before its agent was hidden.
+AGENTS_AS_THEY_WERE = text("SELECT * FROM agents WHERE id = ANY(CAST(:ids AS bigint[]))")
 _LIVE_AGENTS_OF_OWNERS = (
     "SELECT {columns} FROM agents WHERE user_id = ANY(CAST(:ids AS bigint[]))"
     " AND deleted_at IS NULL ORDER BY id"
@@ -440,6 +442,13 @@ async def fetch_live_agent(conn: AsyncConnection, agent_id: int) -> AgentRow | N
 
 async def live_agents_by_id(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[AgentRow]:
     rows = await conn.execute(LIVE_AGENTS_BY_ID, {"ids": list(agent_ids)})
+    return read_rows(rows, AgentRow)
+
+
+async def agents_as_they_were(conn: AsyncConnection, agent_ids: Sequence[int]) -> list[AgentRow]:
+    """The agents, hidden ones included (`deleted_at` set): what a run or an approval read before
+    the deletion shows as its agent."""
+    rows = await conn.execute(AGENTS_AS_THEY_WERE, {"ids": list(agent_ids)})
     return read_rows(rows, AgentRow)
 
 

@@ -434,8 +434,12 @@ async def page(
     before_id: int | None,
     limit: int,
 ) -> list[ApprovalRow]:
-    """Newest first; an owner's (`owner_id`) or everyone's (None, the admins' view)."""
-    clauses = ["TRUE"]
+    """Newest first; an owner's (`owner_id`) or everyone's (None, the admins' view). Approvals
+    of hidden (deleted) agents are left out, as every read of agents leaves those out."""
+    clauses = [
+        "EXISTS (SELECT 1 FROM agents a"
+        " WHERE a.id = tool_approvals.agent_id AND a.deleted_at IS NULL)"
+    ]
     params: dict[str, Any] = {"limit": limit}
     if owner_id is not None:
         clauses.append("owner_id = :owner_id")

@@ -206,11 +206,7 @@ class Run:
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
-        row = await info.context.loaders.agent.load(self.row.agent_id)
-        if row is None:
-            # Deleted (hidden or gone) after this run was read: as for any vanished agent.
-            raise NotFound("agent", self.row.agent_id)
-        return Agent.from_row(row, info.context.loaders)
+        return await agent_as_it_was(info, self.row.agent_id)
 
 
 RunConnection = Connection[Run]
@@ -622,6 +618,20 @@ class RunStep:
         return None
 
 
+async def agent_as_it_was(info: Info, agent_id: int) -> Agent:
+    """The agent of a run or an approval. Lists leave out the rows of hidden (deleted) agents;
+    a row read just before its agent was hidden shows the agent as it was, so the row's list
+    still answers. Only a row whose agent is gone altogether (its own row went with it, by
+    cascade, after it was read) has none."""
+    loaders = info.context.loaders
+    row = await loaders.agent.load(agent_id)
+    if row is None:
+        row = await loaders.agent_as_it_was.load(agent_id)
+    if row is None:
+        raise NotFound("agent", agent_id)
+    return Agent.from_row(row, loaders)
+
+
 async def viewer_owns_run(info: Info, run_row: RunRow) -> bool:
     """Whether the viewer is the owner of the run's agent (batched through the agent loader)."""
     viewer = info.context.viewer
@@ -680,10 +690,7 @@ class ToolApproval:
 
     @strawberry.field
     async def agent(self, info: Info) -> Agent:
-        row = await info.context.loaders.agent.load(self.row.agent_id)
-        if row is None:
-            raise NotFound("agent", self.row.agent_id)
-        return Agent.from_row(row, info.context.loaders)
+        return await agent_as_it_was(info, self.row.agent_id)
 
     @strawberry.field
     async def tool(self, info: Info) -> Tool:
