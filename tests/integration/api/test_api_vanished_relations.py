@@ -187,6 +187,26 @@ async def _world(api: Api, engine: AsyncEngine, factories: Factories) -> dict[st
             ),
             {"o": OWNER, "g": gone_owner["id"], "w": FIXED_NOW},
         )
+        # Owners' accounts at OWNER_OAUTH sources: one source switched off since, the other's
+        # connection expired, and one of the deactivated owner's.
+        for name, enabled in (("kept_src", True), ("off_src", False)):
+            source = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO tool_sources (name, url, auth, enabled)"
+                        " VALUES (:n, 'http://127.0.0.1:9/mcp', 'owner_oauth', :e) RETURNING id"
+                    ),
+                    {"n": name, "e": enabled},
+                )
+            ).scalar_one()
+            await conn.execute(
+                text(
+                    "INSERT INTO tool_connections (owner_id, source_id, status, account,"
+                    " access_token_enc) VALUES (:o, :s, :st, 'a@example.com', '\\x00'),"
+                    " (:g, :s, 'connected', 'g@example.com', '\\x00')"
+                ),
+                {"o": OWNER, "g": gone_owner["id"], "s": source, "st": "expired"},
+            )
     return {"kept": kept["id"], "hidden": hidden["id"], "run": run["id"], "purged": purged["id"]}
 
 
@@ -245,7 +265,12 @@ LISTS = [
         ADMIN,
         "{ adminAuditLog { edges { node { id action agentId userId actor { id } } } } }",
     ),
-    # ("connections", OWNER, "{ toolConnections { ... } }"): issue 39 adds its case here.
+    (
+        "connections",
+        OWNER,
+        "{ toolConnections { sourceId sourceName status account scopes connectedAt } }",
+    ),
+    ("connections", ADMIN, "{ toolSources { id name auth enabled connectedOwners } }"),
 ]
 
 
@@ -272,6 +297,11 @@ async def test_every_list_answers_with_a_row_whose_relations_vanished(
     if name == "steps":
         step = body["data"]["run"]["steps"][1]
         assert step["approval"]["tool"] == {"id": "0", "name": "removed_tool"}
+    if name == "connections" and who == OWNER:
+        # One per enabled OWNER_OAUTH source: the switched-off source's account is not listed.
+        assert [(c["sourceName"], c["status"]) for c in body["data"]["toolConnections"]] == [
+            ("kept_src", "EXPIRED")
+        ]
     if name == "audit entries":
         agent_ids = [e["node"]["agentId"] for e in body["data"]["adminAuditLog"]["edges"]]
         assert str(world["purged"]) in agent_ids and str(world["hidden"]) in agent_ids
