@@ -437,6 +437,8 @@ async def test_the_fast_executor_answers_as_strawberrys_own_execution(
 # comparison holds); this run draws a document that shows it, so the warning is let through here
 # only, and only this one.
 @pytest.mark.slow
+# ~90 s alone on 2 cores; beside the rest of the suite in 4 processes, several times that.
+@pytest.mark.timeout(1200)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_the_fast_executor_answers_as_strawberrys_own_execution_on_thousands(
     settings: Settings, engine: AsyncEngine, factories: Factories
