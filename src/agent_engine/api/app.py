@@ -62,13 +62,7 @@ from agent_engine.api.graphql_http import (
     prefers_graphql_response_json,
 )
 from agent_engine.api.graphql_http import CONTENT_TYPE as GRAPHQL_RESPONSE_CONTENT_TYPE
-from agent_engine.api.guards import (
-    BodySizeLimit,
-    UnreadableJson,
-    decode_json_body,
-    document_guards,
-    document_too_large,
-)
+from agent_engine.api.guards import document_guards, document_too_large
 from agent_engine.api.health import healthz, readyz
 from agent_engine.api.http_operations import ReleaseLoaders, SubscriptionsOverSocketsOnly
 from agent_engine.api.live import LiveUpdates
@@ -76,6 +70,7 @@ from agent_engine.api.loaders import Loaders
 from agent_engine.api.schema import build_schema
 from agent_engine.api.sessions import SessionHandler, SessionRegistry, check_room
 from agent_engine.api.state import State, state_of
+from agent_engine.api.transport import BodySizeLimit, UnreadableJson, decode_json_body
 from agent_engine.collector import tune_gc
 from agent_engine.db.engine import create_engine
 from agent_engine.db.users import read_user_with_platform
