@@ -25,13 +25,8 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
-from agent_engine.api.auth import (
-    Caller,
-    bearer_token,
-    needs_provisioning,
-    provision_user,
-    viewer_of,
-)
+from agent_engine.api.auth import bearer_token
+from agent_engine.api.claims import Caller, needs_provisioning, provision_user, viewer_of
 from agent_engine.api.context import Context
 from agent_engine.api.encoding import dumps
 from agent_engine.api.errors import (
