@@ -3,7 +3,8 @@
 Documents: size, depth, alias, token, field and cost limits (settings; the cost estimate is
 `api/cost.py`), introspection and suggestions for authenticated viewers only; each distinct small
 document is parsed and validated once per process (a cache bounded in size).
-Transport: one operation per request (no batching), a request body size limit, JSON depth.
+Transport: one operation per request (no batching); a request body size limit and JSON depth in
+`api/transport.py`.
 Input: page sizes and string/JSON sizes, refused as BAD_USER_INPUT naming the field.
 """
 
@@ -31,13 +32,16 @@ from graphql import (
     validate,
     visit,
 )
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
 from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
 from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
 from agent_engine.api.cost import CostModel, KnownCosts, QueryCostLimiter
 from agent_engine.api.errors import BAD_USER_INPUT, PAYLOAD_TOO_LARGE, UNAUTHENTICATED, BadUserInput
+from agent_engine.api.transport import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from agent_engine.api.transport import BodySizeLimit as BodySizeLimit
+from agent_engine.api.transport import UnreadableJson as UnreadableJson
+from agent_engine.api.transport import decode_json_body as decode_json_body
 from agent_engine.settings import Settings
 
 MAX_PAGE_SIZE = 100
@@ -62,8 +66,6 @@ INTROSPECTION_FIELDS = frozenset({"__schema", "__type"})
 # but never add to it: they cannot make the process hold anything after their request.
 DOCUMENT_CACHE_MAX_DOCUMENT_CHARS = 16 * 1024
 DOCUMENT_CACHE_MAX_CHARS = 4 * 1024 * 1024
-# Variables (and any JSON body) nested deeper than this are refused before anything reads them.
-MAX_JSON_DEPTH = 64
 
 
 def document_guards(settings: Settings) -> list[Callable[[], SchemaExtension]]:
@@ -416,121 +418,3 @@ def checked_meta(field: str, value: Any) -> dict[str, Any] | None:
     if size > META_MAX_BYTES:
         raise BadUserInput(field, f"at most {META_MAX_BYTES} bytes of JSON (got {size})")
     return value
-
-
-# --- transport ----------------------------------------------------------------------------------
-
-
-class UnreadableJson(json.JSONDecodeError):
-    """JSON the API will not read (nested too deep, numbers too long): a 400 saying why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason, "", 0)
-        self.reason = reason
-
-
-def decode_json_body(data: str | bytes) -> object:
-    """A request's (or a WebSocket message's) JSON, refused when nested deeper than
-    MAX_JSON_DEPTH: Python's parser gives up at about a thousand levels, and what it reads just
-    below that would exhaust the stack of whatever walks it next."""
-    try:
-        decoded = json.loads(data)
-    except RecursionError as exc:
-        raise UnreadableJson(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from exc
-    except json.JSONDecodeError:
-        raise
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise UnreadableJson(f"JSON not readable: {exc}") from exc
-    if _json_depth(decoded) > MAX_JSON_DEPTH:
-        raise UnreadableJson(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    return decoded
-
-
-def _json_depth(value: object) -> int:
-    deepest = 0
-    pending: list[tuple[object, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict):
-            deepest = max(deepest, depth)
-            pending.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            deepest = max(deepest, depth)
-            pending.extend((child, depth + 1) for child in item)
-    return deepest
-
-
-class BodySizeLimit:
-    """Refuse request bodies over `max_bytes` with 413, before the GraphQL layer reads them."""
-
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._too_large(send)
-            return
-        # Chunked bodies have no length up front: read up to the limit, then replay.
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message]), send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        await self.app(
-            scope,
-            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
-            send,
-        )
-
-    async def _too_large(self, send: Send) -> None:
-        payload = json.dumps(
-            {
-                "errors": [
-                    {
-                        "message": f"request body larger than {self.max_bytes} bytes",
-                        "extensions": {"code": "PAYLOAD_TOO_LARGE"},
-                    }
-                ]
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
-
-
-def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
-    pending = list(messages)
-
-    async def receive() -> Message:
-        if pending:
-            return pending.pop(0)
-        if then is not None:
-            return await then()
-        return {"type": "http.disconnect"}
-
-    return receive

@@ -26,6 +26,7 @@ from agent_engine.api.live import (
     SKIP,
     SUBSCRIBER_TOO_SLOW,
     ApprovalChange,
+    BusListener,
     Feed,
     LiveBus,
     RunChange,
@@ -34,7 +35,6 @@ from agent_engine.api.live import (
     Topic,
     shared_stream,
 )
-from agent_engine.api.live import Subscription as BusSubscription
 from agent_engine.api.resolvers import Info
 from agent_engine.api.state import services
 from agent_engine.api.types.agents import Run, RunEvent, RunStep, ToolApproval
@@ -57,7 +57,7 @@ def described_subscription(description: str) -> Callable[[F], F]:
 def run_events_feed(bus: LiveBus, owner_id: int | None, agent_id: int | None) -> Feed:
     """`owner_id`'s run events (None: every owner's), or one agent's."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[RunChange]:
+    def open_source(queue_size: int | None, counted: bool) -> BusListener[RunChange]:
         return bus.subscribe(
             Topic.RUNS,
             owner_id=owner_id,
@@ -80,7 +80,7 @@ def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
     """The owner's budget after each of their runs finishes (the loaders' read: one per burst of
     events and group, as `viewer { budget }` reads it)."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[RunChange]:
+    def open_source(queue_size: int | None, counted: bool) -> BusListener[RunChange]:
         return bus.subscribe(Topic.RUNS, owner_id=owner_id, queue_size=queue_size, counted=counted)
 
     async def budget(event: RunChange, context: Context) -> Any:
@@ -95,7 +95,7 @@ def budget_feed(bus: LiveBus, owner_id: int) -> Feed:
 def budget_alerts_feed(bus: LiveBus, owner_id: int | None) -> Feed:
     """Budget alerts as recorded: `owner_id`'s (None: every owner's). No read per event."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[BudgetAlertRow]:
+    def open_source(queue_size: int | None, counted: bool) -> BusListener[BudgetAlertRow]:
         return bus.subscribe(
             Topic.ALERTS, owner_id=owner_id, queue_size=queue_size, counted=counted
         )
@@ -109,7 +109,7 @@ def budget_alerts_feed(bus: LiveBus, owner_id: int | None) -> Feed:
 def run_steps_feed(bus: LiveBus, run_id: int, owner_id: int) -> Feed:
     """One run's steps: the replay, then each change (read once per change by the bus)."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[StepEvent]:
+    def open_source(queue_size: int | None, counted: bool) -> BusListener[StepEvent]:
         return bus.watch_steps(run_id, owner_id=owner_id, queue_size=queue_size, counted=counted)
 
     def step(event: StepEvent, context: Context) -> RunStep:
@@ -130,7 +130,7 @@ def tool_approvals_feed(bus: LiveBus, owner_id: int | None) -> Feed:
     every owner's). One read of the approval per event and group; inputs only in the owner's
     group (the type's resolver)."""
 
-    def open_source(queue_size: int | None, counted: bool) -> BusSubscription[ApprovalChange]:
+    def open_source(queue_size: int | None, counted: bool) -> BusListener[ApprovalChange]:
         return bus.subscribe(
             Topic.APPROVALS, owner_id=owner_id, queue_size=queue_size, counted=counted
         )

@@ -15,11 +15,11 @@ Every subscription field is a `Feed` (feeds.py) on the bus: `runEvents`, `budget
 joined). One overflow
 rule: a queue that would exceed its bound ends with SUBSCRIBER_TOO_SLOW (queue.py).
 
-Adding a feed (as `toolApprovals` was): (1) a `Topic` and a channel decoder in `bus.py` that turns
-the NOTIFY payload into an event with an `owner_id` (publish it with `LiveBus.publish`, or load
-rows first as `runs` does); (2) in `api/subscriptions.py` a `Feed(key, open, payload)` whose
-`open` is `live.bus.subscribe(Topic.X, owner_id=…)`, and a resolver that checks the viewer and
-returns `shared_stream(info, feed, live.broadcaster)`.
+Adding a feed (as `toolApprovals` was): (1) a `Topic` (`events.py`) and a channel decoder in
+`bus.py` that turns the NOTIFY payload into an event with an `owner_id` (publish it with
+`LiveBus.publish`, or load rows first as `runs` does); (2) in `api/subscriptions.py` a
+`Feed(key, open, payload)` whose `open` is `live.bus.subscribe(Topic.X, owner_id=…)`, and a
+resolver that checks the viewer and returns `shared_stream(info, feed, live.broadcaster)`.
 
 `LiveUpdates` is what the api process holds (in its lifespan `State`): the bus, its source and
 the groups.
@@ -35,11 +35,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.api.live.audience import AudienceIndex
 from agent_engine.api.live.bus import (
     ApprovalChange,
+    BusListener,
     LiveBus,
     RunChange,
     StepEvent,
     Store,
-    Subscription,
     Topic,
 )
 from agent_engine.api.live.feeds import NO_USER_ID, SKIP, Audience, Feed
@@ -55,6 +55,10 @@ from agent_engine.api.live.socket import GroupedTransportWSHandler, SocketOperat
 from agent_engine.api.live.stream import SharedStream, shared_stream
 
 logger = logging.getLogger(__name__)
+
+# The bus listener's name before issue 42 (`Subscription` is the GraphQL root's, in
+# api/subscriptions.py); kept importable for bench/fanout.py.
+Subscription = BusListener
 
 
 class LiveUpdates:
@@ -100,6 +104,7 @@ __all__ = [
     "AudienceIndex",
     "BoundedQueue",
     "Broadcaster",
+    "BusListener",
     "Feed",
     "GroupedTransportWSHandler",
     "LiveBus",

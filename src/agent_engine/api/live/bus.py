@@ -19,8 +19,12 @@ holds is a `BoundedQueue` (overflow ends it with SUBSCRIBER_TOO_SLOW). The bus d
 PostgreSQL: the notifications come from `PostgresSource` (`live/postgres.py`, the one LISTEN
 connection of `db/listen.py`) or, in tests, from a test calling `notify` with an in-memory `Store`.
 
-A new topic (as `approvals` was added): a name in `Topic`, a channel in `CHANNELS` whose decoder
-publishes the event (with its `owner_id`), and a `Feed` in `api/subscriptions.py`.
+Where each part lives: the topics, channels, events and `Store` in `live/events.py`; a
+subscriber (`BusListener`) and the per-run `StepReader` in `live/listeners.py`.
+
+A new topic (as `approvals` was added): a name in `Topic`, a channel in `CHANNELS` (both in
+`live/events.py`) whose decoder publishes the event (with its `owner_id`), and a `Feed` in
+`api/subscriptions.py`.
 """
 
 from __future__ import annotations
@@ -28,238 +32,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Collection
+from typing import Any
 
 import structlog
 
 from agent_engine.api.live.audience import AudienceIndex
-from agent_engine.api.live.queue import BoundedQueue
-from agent_engine.db import approvals as approvals_db
-from agent_engine.db.alerts import BudgetAlertRow
+from agent_engine.api.live.events import (
+    ALERTS_CHANNEL,
+    APPROVALS_CHANNEL,
+    CHANNELS,
+    RUNS_CHANNEL,
+    STEPS_CHANNEL,
+    ApprovalChange,
+    RunChange,
+    StepEvent,
+    Store,
+    Topic,
+    alert_from_payload,
+    as_of,
+)
+from agent_engine.api.live.listeners import BusListener, StepReader
 from agent_engine.domain.runs import TERMINAL_STATES
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS, LIVE_READS
 
 log = structlog.get_logger(__name__)
 
-E = TypeVar("E")
-
-
-class Topic(StrEnum):
-    RUNS = "runs"
-    ALERTS = "alerts"
-    STEPS = "steps"
-    APPROVALS = "approvals"
-
-
-# The NOTIFY channels the bus hears (on the one LISTEN connection of the api process).
-RUNS_CHANNEL = "agent_run_events"
-STEPS_CHANNEL = "agent_run_steps"
-ALERTS_CHANNEL = "budget_alert_events"
-APPROVALS_CHANNEL = approvals_db.CHANNEL
-CHANNELS = (RUNS_CHANNEL, STEPS_CHANNEL, ALERTS_CHANNEL, APPROVALS_CHANNEL)
-
-# Fields that only exist once a run reached a later state than the event shows.
-_LATER_FIELDS_BY_STATE = {
-    "queued": ("started_at", "finished_at", "heartbeat_at", "output", "error", "reason", "cost"),
-    "running": ("finished_at", "output", "error", "reason", "cost"),
-}
-
-
-@dataclass(frozen=True)
-class ApprovalChange:
-    """A write to `tool_approvals` (requested, decided, expired, cancelled): ids only."""
-
-    id: int
-    owner_id: int
-
-
-@dataclass(frozen=True)
-class RunChange:
-    run: dict[str, Any]
-    previous_state: str | None
-    owner_id: int
-
-    @property
-    def state(self) -> str:
-        return str(self.run["state"])
-
-
-@dataclass(frozen=True)
-class StepEvent:
-    """One step of a run as read (`row`: the step's columns and the run's `run_state`)."""
-
-    run_id: int
-    owner_id: int
-    row: dict[str, Any]
-
-    @property
-    def index(self) -> int:
-        return int(self.row["index"])
-
-    @property
-    def finished(self) -> bool:
-        return self.row["finished_at"] is not None
-
-
-class Store(Protocol):
-    """What the bus reads (PostgreSQL in the api; a dict in the unit tests)."""
-
-    async def load_runs(self, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]: ...
-
-    async def steps_since(self, run_id: int, from_index: int) -> list[dict[str, Any]]:
-        """The run's state and its steps from `from_index` on (`run_state` in every row; one row
-        with a NULL `index` when there are none; no row when the run is gone)."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class Subscription(Generic[E]):
-    """One subscription to a topic: its audience entry and its bounded queue of events."""
-
-    __slots__ = ("_bus", "agent_id", "counted", "key", "owner_id", "queue", "reader", "topic")
-
-    def __init__(
-        self,
-        bus: LiveBus,
-        topic: Topic,
-        owner_id: int | None,
-        limit: int,
-        *,
-        agent_id: int | None = None,
-        key: int | None = None,
-        counted: bool = True,
-    ) -> None:
-        self._bus = bus
-        self.topic = topic
-        self.owner_id = owner_id  # None: an admin's, every owner's events
-        self.agent_id = agent_id  # runs: one agent's only
-        self.key = key  # steps: the run watched
-        self.reader: StepReader | None = None  # steps: the run's reader
-        self.counted = counted  # in agent_engine_active_subscriptions (a group counts members)
-        self.queue: BoundedQueue[E] = BoundedQueue(limit)
-
-    @property
-    def closed(self) -> bool:
-        return self.queue.closed
-
-    def batches(self) -> Any:
-        """The events, a burst at a time, until the topic ends it; raises `SubscriberTooSlow`
-        when the subscription overflowed."""
-        return self._batches()
-
-    async def _batches(self) -> Any:
-        try:
-            async for batch in self.queue.batches():
-                yield batch
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        self._bus._remove(self)
-        self.queue.end()
-
-
-# What a step's row holds only once it finished (blanked in the "started" form of a step whose
-# start and finish fell between two reads).
-_FINISHED_FIELDS = ("finished_at", "output", "error", "prompt_tokens", "completion_tokens")
-
-
-class StepReader:
-    """The watchers of one run's steps and the reads that feed them.
-
-    One task per watched run does every read of it, one at a time: a change (or several: they
-    coalesce) is one read of the steps since the first unfinished one; a replay asked meanwhile
-    is served by the next read (from step 0), which starts after the watcher asking was
-    registered -- so however many dashboards open the run at once, they share a read, and a
-    change committed after a watcher's replay was read reaches it live.
-    """
-
-    def __init__(self, bus: LiveBus, run_id: int, owner_id: int) -> None:
-        self.bus = bus
-        self.run_id = run_id
-        self.owner_id = owner_id
-        self.watchers: set[Subscription[StepEvent]] = set()
-        self.changed = asyncio.Event()
-        self.replays: list[asyncio.Future[list[dict[str, Any]]]] = []
-        # index -> finished, as last handed out; None before the first read (the baseline).
-        self.shown: dict[int, bool] | None = None
-        self.from_index = 0
-        self.task = asyncio.create_task(self._run(), name=f"run-steps-{run_id}")
-
-    def replay(self) -> asyncio.Future[list[dict[str, Any]]]:
-        """The run's rows from step 0, read after now."""
-        waiter: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        self.replays.append(waiter)
-        self.changed.set()
-        return waiter
-
-    def _changed(self, rows: Sequence[dict[str, Any]]) -> list[StepEvent]:
-        """The events `rows` show that were not handed out yet (a step that started and
-        finished since the last read: its started form, then its finished one)."""
-        baseline = self.shown is None
-        shown: dict[int, bool] = {} if self.shown is None else self.shown
-        self.shown = shown
-        events = []
-        for row in rows:
-            if row["index"] is None:
-                continue
-            index, finished = int(row["index"]), row["finished_at"] is not None
-            before = shown.get(index)
-            if before is None or (finished and not before):
-                shown[index] = finished
-                if not baseline:
-                    if finished and before is None:
-                        started = dict(row)
-                        for name in _FINISHED_FIELDS:
-                            started[name] = None
-                        events.append(StepEvent(self.run_id, self.owner_id, started))
-                    events.append(StepEvent(self.run_id, self.owner_id, row))
-        while shown.get(self.from_index):
-            self.from_index += 1
-        return events
-
-    async def _run(self) -> None:
-        while True:
-            await self.changed.wait()
-            self.changed.clear()
-            waiters, self.replays = self.replays, []
-            kind, start = ("replay", 0) if waiters else ("steps", self.from_index)
-            try:
-                rows = await self.bus._read_steps(self.run_id, start, kind)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the database is away: the reconnect wakes us again
-                log.warning("run steps read failed", run_id=self.run_id, error=str(exc))
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                continue
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(rows)
-            events = self._changed(rows)
-            ended = not rows or rows[0]["run_state"] in TERMINAL_STATES
-            for watcher in list(self.watchers):
-                for event in events:
-                    if not watcher.queue.offer(event):
-                        break
-                if ended:
-                    watcher.queue.end()
-            if ended:
-                self.bus._forget_reader(self)
-                return
+__all__ = [
+    "ALERTS_CHANNEL",
+    "APPROVALS_CHANNEL",
+    "CHANNELS",
+    "RUNS_CHANNEL",
+    "STEPS_CHANNEL",
+    "ApprovalChange",
+    "BusListener",
+    "LiveBus",
+    "RunChange",
+    "StepEvent",
+    "StepReader",
+    "Store",
+    "Topic",
+    "alert_from_payload",
+]
 
 
 class LiveBus:
     def __init__(self, store: Store, *, queue_size: int = 256) -> None:
         self._store = store
         self.queue_size = queue_size
-        self._index: dict[Topic, AudienceIndex[Subscription[Any]]] = {
+        self._index: dict[Topic, AudienceIndex[BusListener[Any]]] = {
             Topic.RUNS: AudienceIndex(),
             Topic.ALERTS: AudienceIndex(),
             Topic.APPROVALS: AudienceIndex(),
@@ -308,9 +129,9 @@ class LiveBus:
         agent_id: int | None = None,
         queue_size: int | None = None,
         counted: bool = True,
-    ) -> Subscription[Any]:
+    ) -> BusListener[Any]:
         """Events of `owner_id`'s (None: every owner's) runs or alerts; `agent_id`: one agent's."""
-        subscription: Subscription[Any] = Subscription(
+        subscription: BusListener[Any] = BusListener(
             self, topic, owner_id, queue_size or self.queue_size, agent_id=agent_id, counted=counted
         )
         self._index[topic].add(owner_id, subscription)
@@ -320,10 +141,10 @@ class LiveBus:
 
     def watch_steps(
         self, run_id: int, *, owner_id: int, queue_size: int | None = None, counted: bool = True
-    ) -> Subscription[StepEvent]:
+    ) -> BusListener[StepEvent]:
         """The changes of `run_id`'s steps (owned by `owner_id`); the subscription ends when the
         run ends or is deleted. Call `replay_steps` after this for the steps so far."""
-        subscription: Subscription[StepEvent] = Subscription(
+        subscription: BusListener[StepEvent] = BusListener(
             self, Topic.STEPS, owner_id, queue_size or self.queue_size, key=run_id, counted=counted
         )
         reader = self._readers.get(run_id)
@@ -346,7 +167,7 @@ class LiveBus:
         events = [StepEvent(run_id, owner_id, row) for row in rows if row["index"] is not None]
         return events, not rows or rows[0]["run_state"] in TERMINAL_STATES
 
-    def _remove(self, subscription: Subscription[Any]) -> None:
+    def _remove(self, subscription: BusListener[Any]) -> None:
         if subscription.topic is Topic.STEPS:
             reader = subscription.reader  # also once the run ended and the reader was forgotten
             if reader is None or subscription not in reader.watchers:
@@ -462,34 +283,9 @@ class LiveBus:
             self.publish(
                 Topic.RUNS,
                 RunChange(
-                    run=_as_of(row, str(note["state"])),
+                    run=as_of(row, str(note["state"])),
                     previous_state=note.get("previous_state"),
                     owner_id=note["owner_id"],
                 ),
                 agent_id=note["agent_id"],
             )
-
-
-def _as_of(row: dict[str, Any], state: str) -> dict[str, Any]:
-    """The row as it was at the transition: the event's state, later fields blanked."""
-    if row["state"] == state:
-        return row
-    shown = dict(row, state=state)
-    for name in _LATER_FIELDS_BY_STATE.get(state, ()):
-        shown[name] = None
-    if state == "queued":
-        shown["tokens_used"] = 0
-    return shown
-
-
-def alert_from_payload(payload: dict[str, Any]) -> BudgetAlertRow:
-    """The alert from the trigger's JSON (timestamps in ISO 8601 with their offset)."""
-    return BudgetAlertRow(
-        id=int(payload["id"]),
-        owner_id=int(payload["owner_id"]),
-        window_start=datetime.fromisoformat(str(payload["window_start"])),
-        percent=int(payload["percent"]),
-        used_tokens=int(payload["used_tokens"]),
-        cap_tokens=int(payload["cap_tokens"]),
-        crossed_at=datetime.fromisoformat(str(payload["crossed_at"])),
-    )

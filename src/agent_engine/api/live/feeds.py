@@ -11,7 +11,7 @@ from agent_engine.api.auth import Caller
 
 if TYPE_CHECKING:
     from agent_engine.api.context import Context
-    from agent_engine.api.live.bus import Subscription
+    from agent_engine.api.live.listeners import BusListener
 
 # The user id of the admins' audience: no user has it, so no run is theirs.
 NO_USER_ID = 0
@@ -41,7 +41,7 @@ class Feed:
     """
 
     key: Hashable
-    open: Callable[[int | None, bool], Subscription[Any]]
+    open: Callable[[int | None, bool], BusListener[Any]]
     payload: Callable[[Any, Context], Any]
     replay: Callable[[], Awaitable[tuple[list[Any], bool]]] | None = None
     shown_as: Callable[[Any], tuple[Hashable, int]] | None = None

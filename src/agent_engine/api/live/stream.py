@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import strawberry
 
     from agent_engine.api.context import Context
-    from agent_engine.api.live.bus import Subscription
+    from agent_engine.api.live.listeners import BusListener
 
 
 class SharedStream:
@@ -37,7 +37,7 @@ class SharedStream:
         self._broadcaster = broadcaster
         self._operation = current_operation()
         self._member: Member | None = None
-        self._source: Subscription[Any] | None = None
+        self._source: BusListener[Any] | None = None
         self._events: AsyncIterator[list[Any]] | None = None
         self._ready: deque[Any] = deque()
         self._shown: Shown | None = Shown(feed.shown_as) if feed.shown_as else None

@@ -2,58 +2,50 @@
 
 One module: an agent serves its runs, a run serves its agent, its steps and its pending approval,
 and an approval serves its run and agent (types that name each other live together, so the
-package has no import cycle).
+package has no import cycle). What names none of them lives beside: an agent's own fields in
+`types/agent_fields.py` (`AgentFields`, the base of `Agent`), a step's own fields in
+`types/steps.py` (`RunStepFields`, the base of `RunStep`), and the columns the plain fields show
+in `types/columns.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
-from typing import Any, NamedTuple
 
 import strawberry
 from strawberry.dataloader import DataLoader
 from strawberry.scalars import JSON
-from strawberry.utils.str_converters import to_camel_case
 
-from agent_engine.api.enums import AgentStatus
-from agent_engine.api.errors import BadUserInput, NotFound
-from agent_engine.api.guards import MAX_UPCOMING_RUN_TIMES, page_size
+from agent_engine.api.errors import NotFound
+from agent_engine.api.guards import page_size
 from agent_engine.api.ids import decode_cursor
-from agent_engine.api.loaders import Loaders
 from agent_engine.api.pagination import Connection
 from agent_engine.api.resolvers import Info, awaited_later, described, viewer_is_admin
-from agent_engine.api.scalars import DecimalText, decimal_text_or_none
-from agent_engine.api.types.catalog import AgentModel, Tool
-from agent_engine.api.types.connections import ConnectionStatus, ToolConnection, ToolSourceAuth
+from agent_engine.api.scalars import DecimalText
+from agent_engine.api.types.agent_fields import AgentFields
+from agent_engine.api.types.catalog import Tool
+from agent_engine.api.types.columns import AGENT_FIELD_COLUMNS as AGENT_FIELD_COLUMNS
+from agent_engine.api.types.columns import PREFETCHED_AGENT_FIELDS as PREFETCHED_AGENT_FIELDS
+from agent_engine.api.types.columns import RUN_FIELD_COLUMNS as RUN_FIELD_COLUMNS
+from agent_engine.api.types.columns import RUN_LEAVES
+from agent_engine.api.types.columns import AgentRelations as AgentRelations
+from agent_engine.api.types.connections import ConnectionStatus, ToolConnection
 from agent_engine.api.types.delivery import Delivery, DeliveryTarget
-from agent_engine.api.types.schedules import Schedule, schedule_from_json
-from agent_engine.api.types.users import User, existing_user, owner_zone
-from agent_engine.db.agents import AgentRow
+from agent_engine.api.types.steps import RunStepFields
 from agent_engine.db.approvals import ApprovalRow
 from agent_engine.db.catalog import ToolRow
-from agent_engine.db.run_steps import StepRow
 from agent_engine.db.runs import RunRow
-from agent_engine.domain import gate
 from agent_engine.domain.mcp import ApprovalStatus, ToolAccess
 from agent_engine.domain.runs import RunReason, RunState, RunStepKind, RunTrigger
-from agent_engine.domain.schedule import next_slots, parse_schedule
 from agent_engine.observability import tracing
-from agent_engine.runtime.tools.registry import core_tools
-
-_TRIGGERS = {member.value: member for member in RunTrigger}
 
 
 @strawberry.enum(description="What a RUNNING run that no worker holds is waiting for.")
 class RunWait(Enum):
     APPROVAL = "approval"
     CONNECTION = "connection"
-
-
-_STATES = {member.value: member for member in RunState}
-_REASONS = {member.value: member for member in RunReason}
 
 
 @strawberry.type
@@ -92,7 +84,7 @@ class Run:
         # hundred or two.
         run = cls.__new__(cls)
         run.__dict__.update(row=row, owner_id=owner_id)
-        _RUN_LEAVES.fill(run, row, columns)
+        RUN_LEAVES.fill(run, row, columns)
         return run
 
     # The output was read with the owner's Knowledge Store access: it is the owner's alone.
@@ -212,249 +204,10 @@ class Run:
 RunConnection = Connection[Run]
 
 
-def _id(value: int) -> strawberry.ID:
-    return strawberry.ID(str(value))
-
-
-def _reason(value: str | None) -> RunReason | None:
-    return _REASONS[value] if value else None
-
-
-class _LeafTable:
-    """The plain fields of a type made from a row: each field's attribute, the column it shows
-    and how (None: as it is). A whole row sets them all; a narrow one (its `columns`) only those
-    its columns show, so reading another raises AttributeError, as the row's own would."""
-
-    def __init__(self, *leaves: tuple[str, str, Callable[[Any], Any] | None]) -> None:
-        self._every = leaves
-        # By column set: the sets come from this table's own columns (finite), and a frozenset
-        # keeps its hash.
-        self._narrow: dict[frozenset[str], tuple[Any, ...]] = {}
-
-    def fill(self, made: Any, row: Any, columns: frozenset[str] | None) -> None:
-        """Set `made`'s fields from `row`, through its `__dict__` (as `__init__` would)."""
-        values = made.__dict__
-        for attribute, column, convert in self._of(columns):
-            value = getattr(row, column)
-            values[attribute] = value if convert is None else convert(value)
-
-    def _of(self, columns: frozenset[str] | None) -> tuple[Any, ...]:
-        if columns is None:
-            return self._every
-        leaves = self._narrow.get(columns)
-        if leaves is None:
-            leaves = self._narrow[columns] = tuple(
-                leaf for leaf in self._every if leaf[1] in columns
-            )
-        return leaves
-
-    def field_columns(self) -> dict[str, tuple[str, ...]]:
-        """Each field's GraphQL name and the column it shows (and `__typename`, none)."""
-        return {to_camel_case(attribute): (column,) for attribute, column, _ in self._every} | {
-            "__typename": ()
-        }
-
-
-# By value from a dict for the enums: an Enum call costs ~0.6 µs, three per run of a page.
-_RUN_LEAVES = _LeafTable(
-    ("id", "id", _id),
-    ("trigger", "trigger", _TRIGGERS.__getitem__),
-    ("state", "state", _STATES.__getitem__),
-    ("reason", "reason", _reason),
-    ("tokens_used", "tokens_used", None),
-    ("error", "error", None),
-    ("started_at", "started_at", None),
-    ("finished_at", "finished_at", None),
-    ("heartbeat_at", "heartbeat_at", None),
-    ("created_at", "created_at", None),
-    ("prompt_tokens", "prompt_tokens", None),
-    ("completion_tokens", "completion_tokens", None),
-    ("cost", "cost", decimal_text_or_none),
-)
-# The Run fields a narrow run row can serve, by GraphQL name, with the columns each shows. A
-# selection of only these reads only their columns (`Viewer.agents`); any other field (output,
-# steps, agent, …) needs the whole row.
-RUN_FIELD_COLUMNS = _RUN_LEAVES.field_columns()
-
-
-def _gate(row: AgentRow) -> dict[str, bool]:
-    return {
-        "enabled": row.enabled,
-        "admin_paused": row.admin_paused,
-        "has_model": row.model_id is not None,
-    }
-
-
-class AgentRelations(NamedTuple):
-    """An agent's related objects, fetched for a whole page at once (Viewer.agents). A model or
-    tool many agents share is one object, made once for the page. (A named tuple: a frozen
-    dataclass costs ~1 µs more to make, a hundred times a page.)"""
-
-    model: AgentModel | None
-    tools: list[Tool]
-    active_run: RunRow | None
-    last_run: RunRow | None
-    # The columns the runs were read with (narrow rows), None for whole rows.
-    run_columns: frozenset[str] | None = None
-
-
-# GraphQL names of the Agent fields served from AgentRelations when a page asks for them.
-PREFETCHED_AGENT_FIELDS = frozenset({"model", "tools", "activeRun", "lastRun"})
-
-# The plain fields of an Agent.
-_AGENT_LEAVES = _LeafTable(
-    ("id", "id", _id),
-    ("name", "name", None),
-    ("description", "description", None),
-    ("prompt", "prompt", None),
-    ("enabled", "enabled", None),
-    ("admin_paused", "admin_paused", None),
-    ("next_run_at", "next_run_at", None),
-    ("meta", "meta", None),
-    ("created_at", "created_at", None),
-    ("updated_at", "updated_at", None),
-    ("weekly_token_cap", "weekly_token_cap", None),
-    ("max_tokens_per_run", "max_tokens_per_run", None),
-)
-# The Agent fields a page of narrow agent rows can serve (with its relations prefetched), by
-# GraphQL name, with the columns each needs; any other field needs the whole row.
-AGENT_FIELD_COLUMNS = _AGENT_LEAVES.field_columns() | {
-    "model": ("model_id",),
-    "tools": (),
-    "activeRun": ("user_id",),  # the owner, who alone sees a run's output
-    "lastRun": ("user_id",),
-}
-
-
+# The Agent type's fields that name no run are `AgentFields`' (types/agent_fields.py): the rest
+# of this module's types and Agent name each other, so they live together.
 @strawberry.type
-class Agent:
-    row: strawberry.Private[AgentRow]
-    id: strawberry.ID
-    name: str
-    description: str | None
-    prompt: str
-    enabled: bool
-    admin_paused: bool
-    next_run_at: datetime | None
-    meta: JSON | None
-    created_at: datetime
-    updated_at: datetime
-    weekly_token_cap: int | None = strawberry.field(
-        description=(
-            "The owner's cap on this agent's tokens per budget week; once spent, its starts are "
-            "SKIPPED / AGENT_BUDGET_EXCEEDED. null = none (the owner's cap still holds)."
-        )
-    )
-    max_tokens_per_run: int | None = strawberry.field(
-        description=(
-            "A run that passes this many tokens stops FAILED / TOKEN_CAP, keeping its "
-            "transcript. null = none."
-        )
-    )
-    # The request's loaders: the fields a page prefetches (`relations`) load through them when
-    # they were not, without asking for an `Info` (one per field and agent costs a page more than
-    # the field).
-    loaders: strawberry.Private[Loaders]
-    relations: strawberry.Private[AgentRelations | None] = None
-
-    @classmethod
-    def from_row(
-        cls,
-        row: AgentRow,
-        loaders: Loaders,
-        relations: AgentRelations | None = None,
-        columns: frozenset[str] | None = None,
-    ) -> Agent:
-        """The agent of a whole row; with `columns`, of a narrow one (`AGENT_FIELD_COLUMNS`):
-        only the fields those columns show are set (any other raises AttributeError when read).
-        Made as `__init__` makes it (the same object), without its keyword call."""
-        agent = cls.__new__(cls)
-        agent.__dict__.update(row=row, loaders=loaders, relations=relations)
-        _AGENT_LEAVES.fill(agent, row, columns)
-        return agent
-
-    @strawberry.field
-    async def owner(self, info: Info) -> User:
-        return await existing_user(info, self.row.user_id)
-
-    @strawberry.field
-    def schedule(self) -> Schedule | None:
-        return schedule_from_json(self.row.schedule)
-
-    @strawberry.field
-    def model(self) -> AgentModel | None:
-        if self.relations is not None:
-            return self.relations.model
-        return awaited_later(self._load_model())
-
-    async def _load_model(self) -> AgentModel | None:
-        if self.row.model_id is None:
-            return None
-        row = await self.loaders.model.load(self.row.model_id)
-        return AgentModel.from_row(row) if row else None
-
-    @strawberry.field
-    def status(self) -> AgentStatus:
-        status = gate.agent_status(**_gate(self.row), has_schedule=self.row.schedule is not None)
-        return AgentStatus(status)
-
-    @described(description="Why an admin paused it (null when not paused or no note was given).")
-    def admin_pause_note(self) -> str | None:
-        return self.row.admin_pause_note
-
-    @described(
-        description=(
-            "True when the start gate is open "
-            "(a manual start would be accepted or journaled as skipped)."
-        )
-    )
-    def can_start(self) -> bool:
-        return gate.closed_lock(**_gate(self.row)) is None
-
-    @described(
-        description=(
-            "The next slots of the schedule (empty when the agent cannot start or has no "
-            f"schedule). At most {MAX_UPCOMING_RUN_TIMES}."
-        )
-    )
-    async def upcoming_run_times(self, info: Info, limit: int = 5) -> list[datetime]:
-        if not 0 <= limit <= MAX_UPCOMING_RUN_TIMES:
-            raise BadUserInput("limit", f"must be between 0 and {MAX_UPCOMING_RUN_TIMES}")
-        first = self.row.next_run_at
-        schedule = parse_schedule(self.row.schedule)
-        if limit == 0 or first is None or schedule is None or not self.can_start():
-            return []
-        zone = await owner_zone(info, self.row.user_id)
-        following = next_slots(schedule, after=first, zone=zone, count=limit - 1, anchor=first)
-        return [first, *following][:limit]
-
-    @described(description="The locked Knowledge Store tools every agent has.")
-    def core_tools(self) -> list[str]:
-        return list(core_tools())
-
-    @described(
-        description=(
-            "The owner's optional selection, including tools an admin has since disallowed "
-            "(agentsAllowed = false)."
-        )
-    )
-    def tools(self) -> list[Tool]:
-        if self.relations is not None:
-            return self.relations.tools
-        return awaited_later(self._load_tools())
-
-    async def _load_tools(self) -> list[Tool]:
-        rows = await self.loaders.tools_of_agent.load(self.row.id)
-        return [Tool.from_row(r) for r in rows]
-
-    @described(
-        description="WRITE tools of its selection that run without asking the owner "
-        "(setToolAutoApproved)."
-    )
-    async def auto_approved_tools(self, info: Info) -> list[Tool]:
-        rows = await info.context.loaders.auto_approved_of_agent.load(self.row.id)
-        return [Tool.from_row(r) for r in rows]
-
+class Agent(AgentFields):
     @described(description="The unfinished (queued or running) run, if any.")
     def active_run(self) -> Run | None:
         if self.relations is not None:
@@ -534,78 +287,9 @@ class RunEvent:
 # --- a run's transcript ---------------------------------------------------------------------
 
 
+# A step's own fields are `RunStepFields`' (types/steps.py); its approval is named here.
 @strawberry.type
-class RunStep:
-    row: strawberry.Private[StepRow]
-    index: int = strawberry.field(description="0, 1, 2 … in the order the steps started.")
-    kind: RunStepKind
-    name: str = strawberry.field(
-        description="The model name for MODEL_CALL, the tool name for TOOL_CALL."
-    )
-    input: JSON | None = strawberry.field(
-        description="TOOL_CALL: the arguments the model sent. Owner only."
-    )
-    output: str | None = strawberry.field(
-        description=(
-            "MODEL_CALL: the assistant text (may be empty when it only called tools); TOOL_CALL: "
-            "the result as the model saw it (bounded). Owner only."
-        )
-    )
-    error: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    started_at: datetime
-    finished_at: datetime | None
-    fallback: bool = strawberry.field(
-        default=False,
-        description=(
-            "MODEL_CALL: true when a fallback model answered (name is the model that answered)."
-        ),
-    )
-    reused: bool = strawberry.field(
-        default=False,
-        description=(
-            "A RETRY run's step carried over from the failed run (not made again, not counted "
-            "again)."
-        ),
-    )
-    authority: ToolSourceAuth | None = strawberry.field(
-        default=None,
-        description=(
-            "TOOL_CALL of an MCP tool: the credential the call carried (OWNER_OAUTH: the owner's "
-            "own account)."
-        ),
-    )
-    account: str | None = strawberry.field(
-        default=None,
-        description=(
-            "TOOL_CALL of an OWNER_OAUTH tool: the owner's account at the server the call was "
-            "made as. Owner only."
-        ),
-    )
-
-    @classmethod
-    def from_row(cls, row: StepRow, *, owner_view: bool) -> RunStep:
-        """`owner_view`: the viewer owns the run; inputs and outputs were read with the owner's
-        access and are the owner's alone."""
-        return cls(
-            row=row,
-            index=row.index,
-            kind=RunStepKind(row.kind),
-            name=row.name,
-            input=row.input if owner_view else None,
-            output=row.output if owner_view else None,
-            error=row.error,
-            prompt_tokens=row.prompt_tokens,
-            completion_tokens=row.completion_tokens,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            fallback=row.fallback,
-            reused=row.reused,
-            authority=None if row.authority is None else ToolSourceAuth(row.authority),
-            account=row.account if owner_view else None,
-        )
-
+class RunStep(RunStepFields):
     @described(
         description="TOOL_CALL of a WRITE tool: the owner's approval (null when auto-approved)."
     )

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.api.live import LiveUpdates, RunChange, Subscription, Topic
+from agent_engine.api.live import BusListener, LiveUpdates, RunChange, Topic
 from tests.conftest import Servers
 from tests.support.factories import Factories
 
@@ -17,7 +17,7 @@ from tests.support.factories import Factories
 class Reader:
     """A subscription's events one at a time."""
 
-    def __init__(self, subscription: Subscription[RunChange]) -> None:
+    def __init__(self, subscription: BusListener[RunChange]) -> None:
         self.subscription = subscription
         self.ready: list[RunChange] = []
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent_engine.api.live import LiveBus, RunChange, StepEvent, Subscription, Topic
+from agent_engine.api.live import BusListener, LiveBus, RunChange, StepEvent, Topic
 from agent_engine.api.live.bus import ALERTS_CHANNEL, RUNS_CHANNEL, STEPS_CHANNEL
 from agent_engine.observability.metrics import ACTIVE_SUBSCRIPTIONS
 from tests.unit.api.live.support import MemoryStore
@@ -49,7 +49,7 @@ def run_note(run_id: int, owner_id: int, state: str, previous: str | None = None
     )
 
 
-async def take(subscription: Subscription[Any]) -> list[Any]:
+async def take(subscription: BusListener[Any]) -> list[Any]:
     async with asyncio.timeout(WAIT):
         return await subscription.queue.take()
 
