@@ -1,24 +1,22 @@
 """The `agent-engine` command line (Typer).
 
 Every command is thin: it loads Settings once, then calls one function of the package. Imports of
-heavy modules happen inside the commands so `--help` stays fast.
+heavy modules happen inside the commands so `--help` stays fast. The settings a command runs
+with are `cli_settings.py`; what `export-schema` writes, `cli_export.py`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agent_engine.settings import Settings
+from agent_engine.cli_export import database_schema, write_export
+from agent_engine.cli_settings import attached_settings, command_settings, required_settings
 
 app = typer.Typer(
     name="agent-engine",
@@ -35,53 +33,6 @@ app.add_typer(webhook_app, name="webhook")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-
-
-def _settings() -> Settings:
-    """The settings from the environment; settings that are invalid or contradict each other
-    stop the command at once with what is wrong (exit status 2)."""
-    from pydantic import ValidationError
-
-    from agent_engine.settings import load_settings
-
-    try:
-        return load_settings()
-    except ValidationError as exc:
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
-            typer.echo(f"invalid configuration: {where + ': ' if where else ''}{message}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _required(*, database: bool, broker: bool) -> Settings:
-    """Settings for a long-running process, refusing to start without what it needs."""
-    settings = _settings()
-    if database and not settings.database_url:
-        typer.echo("DATABASE_URL is not set", err=True)
-        raise typer.Exit(2)
-    if broker and not settings.effective_broker_url:
-        typer.echo("no broker: set REDIS_URL (or BROKER_URL=amqp://… for RabbitMQ)", err=True)
-        raise typer.Exit(2)
-    return settings
-
-
-def _attached_settings() -> Settings:
-    """Settings for a one-off command. Without DATABASE_URL, attach to the embedded PostgreSQL
-    that `agent-engine run` keeps in the data dir, if it is running; without a JWT secret, use the
-    one `run` generated there. So `knowledge import` and `token` work beside `make run`."""
-    from agent_engine.embedded import EmbeddedPostgres
-
-    settings = _settings()
-    updates: dict[str, object] = {}
-    if not settings.database_url:
-        postgres = EmbeddedPostgres(settings.data_dir / "postgres")
-        if postgres.attach():
-            updates["database_url"] = postgres.url
-    secret_file = settings.data_dir / "jwt-secret"
-    if not settings.jwt_secret and secret_file.exists():
-        updates["jwt_secret"] = secret_file.read_text().strip()
-    return settings.model_copy(update=updates) if updates else settings
 
 
 @app.command()
@@ -107,7 +58,7 @@ def run(
     from agent_engine.api.auth import verification_problem
     from agent_engine.embedded import missing_servers_message
 
-    settings = _settings()
+    settings = command_settings()
     # The slim install (no `embedded` extra) runs only against servers it is given.
     missing = missing_servers_message(
         database_url=settings.database_url, redis_url=settings.redis_url
@@ -152,7 +103,7 @@ def serve(
     from agent_engine.api.auth import verification_problem
     from agent_engine.api.server import serve as serve_api
 
-    settings = _required(database=True, broker=False)
+    settings = required_settings(database=True, broker=False)
     # Fail at start, not with every request refused: a server that cannot verify tokens is
     # useless, and one with a short secret lets anyone who holds a token forge others.
     if problem := verification_problem(settings):
@@ -179,7 +130,7 @@ def worker(
     """A Dramatiq worker: executes runs, scans schedules and reaps stale runs."""
     from agent_engine.workers.main import run_worker
 
-    settings = _required(database=True, broker=True)
+    settings = required_settings(database=True, broker=True)
     if runs_in_flight is not None:
         settings = settings.model_copy(update={"runs_in_flight": runs_in_flight})
     run_worker(settings, processes=processes, threads=threads, queues=queues)
@@ -190,7 +141,7 @@ def clock() -> None:
     """Sends the schedule tick every few seconds and the reap tick every ~30 s. Safe to run many."""
     from agent_engine.workers.clock import run_clock
 
-    run_clock(_required(database=False, broker=True))
+    run_clock(required_settings(database=False, broker=True))
 
 
 @app.command()
@@ -200,7 +151,7 @@ def migrate(
     """Bring the database (DATABASE_URL) to the latest schema."""
     from agent_engine.db.migrate import upgrade
 
-    settings = _attached_settings()
+    settings = attached_settings()
     if not settings.database_url:
         typer.echo("DATABASE_URL is not set (and no embedded server is running)", err=True)
         raise typer.Exit(2)
@@ -221,7 +172,7 @@ def token(
     from agent_engine.api.auth import mint_token, parse_ttl
     from agent_engine.demo.tokens import demo_max_lifetime
 
-    settings = _attached_settings()
+    settings = attached_settings()
     if not settings.jwt_secret:
         typer.echo("AGENT_ENGINE_JWT_SECRET is not set", err=True)
         raise typer.Exit(2)
@@ -231,7 +182,7 @@ def token(
         typer.echo(f"--ttl: {exc}", err=True)
         raise typer.Exit(2) from exc
     # Beside `agent-engine run` (its generated secret), the api takes week-long demo tokens.
-    demo_limit = demo_max_lifetime(_settings())
+    demo_limit = demo_max_lifetime(command_settings())
     limit = (
         demo_limit.total_seconds() if demo_limit is not None else settings.jwt_max_lifetime_seconds
     )
@@ -274,7 +225,7 @@ def rotate_token_keys(
     if new_key:
         typer.echo(fresh_key())
         return
-    settings = _attached_settings()
+    settings = attached_settings()
     keys = settings.token_keyring()
     if keys is None:
         typer.echo("AGENT_ENGINE_TOKEN_KEYS is not set", err=True)
@@ -322,52 +273,13 @@ def export_schema(
 ) -> None:
     """Write the GraphQL SDL of the running code, or with --database the database schema."""
     if database:
-        _write_export(_database_schema(), output or Path("schema/database.sql"))
+        write_export(database_schema(), output or Path("schema/database.sql"))
         return
     from agent_engine.api.schema import export_sdl
 
-    _write_export(export_sdl(), output or Path("schema/schema.graphql"))
+    write_export(export_sdl(), output or Path("schema/schema.graphql"))
 
 
-def _write_export(text: str, output: Path) -> None:
-    """To stdout for '-', else to the file (its folder created)."""
-    if str(output) == "-":
-        sys.stdout.write(text)
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    typer.echo(f"wrote {output}")
-
-
-def _database_schema() -> str:
-    from agent_engine.db.schema_file import SchemaExportError, dump_schema
-
-    database_url = os.environ.get("DATABASE_URL")
-    try:
-        return dump_schema(database_url) if database_url else _dump_from_embedded(dump_schema)
-    except SchemaExportError as exc:
-        typer.echo(f"export-schema --database: {exc}", err=True)
-        raise typer.Exit(2) from exc
-
-
-def _dump_from_embedded(dump: Callable[[str], str]) -> str:
-    """A throwaway embedded PostgreSQL, migrated to head, dumped and removed."""
-    import tempfile
-
-    from agent_engine.db.migrate import upgrade
-    from agent_engine.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="agent-engine-schema-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "pg", ephemeral=True)
-        url = server.start()
-        try:
-            upgrade(url)
-            return dump(url)
-        finally:
-            server.stop()
-
-
-@knowledge_app.command("import")
 def knowledge_import(
     paths: Annotated[list[Path], typer.Argument(help="Markdown/text files or folders.")],
     owner_id: Annotated[
@@ -381,7 +293,7 @@ def knowledge_import(
         raise typer.Exit(2)
     from agent_engine.knowledge.importer import import_command
 
-    settings = _attached_settings()
+    settings = attached_settings()
     if not settings.database_url:
         typer.echo(
             "DATABASE_URL is not set and no embedded server is running in "

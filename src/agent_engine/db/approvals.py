@@ -7,6 +7,8 @@
   when the run's model has a free slot (`runs.model_slots.admit_resume`).
 - the call: `call_started_at` NULL -> now() once; a worker that dies after it leaves the run to
   the reaper (failed as stale), never to a second call.
+
+The row and the API's reads live in `db/approval_reads.py` (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,63 +16,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.db.rows import AnyRow, columns
+from agent_engine.db.approval_reads import APPROVAL_COLUMNS as APPROVAL_COLUMNS
+from agent_engine.db.approval_reads import OF_RUNS as OF_RUNS
+from agent_engine.db.approval_reads import PENDING_OF_RUNS as PENDING_OF_RUNS
+from agent_engine.db.approval_reads import SELECT_APPROVAL as SELECT_APPROVAL
+from agent_engine.db.approval_reads import ApprovalRow as ApprovalRow
+from agent_engine.db.approval_reads import approvals_of_runs as approvals_of_runs
+from agent_engine.db.approval_reads import fetch as fetch
+from agent_engine.db.approval_reads import page as page
+from agent_engine.db.approval_reads import pending_of_runs as pending_of_runs
 from agent_engine.db.run_steps import END_PENDING_STEP
 from agent_engine.domain.storable import storable_json_dumps, storable_text
 
 CHANNEL = "tool_approval_events"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRow:
-    id: int
-    run_id: int
-    agent_id: int
-    owner_id: int
-    step_index: int
-    tool_id: int | None
-    tool_name: str
-    input: Any
-    status: str
-    requested_at: datetime
-    expires_at: datetime
-    decided_at: datetime | None
-    decided_by: int | None
-    note: str | None
-
-    @classmethod
-    def from_row(cls, row: AnyRow) -> ApprovalRow:
-        m = columns(row)
-        tool_id = m["tool_id"]
-        return cls(
-            id=int(m["id"]),
-            run_id=int(m["run_id"]),
-            agent_id=int(m["agent_id"]),
-            owner_id=int(m["owner_id"]),
-            step_index=int(m["step_index"]),
-            tool_id=None if tool_id is None else int(tool_id),
-            tool_name=m["tool_name"],
-            input=m["input"],
-            status=m["status"],
-            requested_at=m["requested_at"],
-            expires_at=m["expires_at"],
-            decided_at=m["decided_at"],
-            decided_by=m["decided_by"],
-            note=m["note"],
-        )
-
-
-# Everything but the checkpoint (it can be large and the API never shows it).
-APPROVAL_COLUMNS = (
-    "id, run_id, agent_id, owner_id, step_index, tool_id, tool_name, input, status,"
-    " requested_at, expires_at, decided_at, decided_by, note"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,15 +166,6 @@ CANCEL_PENDING = text(
 CLOSE_STEP = text(
     "UPDATE agent_run_steps SET error = :error, finished_at = now()"
     " WHERE run_id = :run_id AND index = :index AND finished_at IS NULL"
-)
-SELECT_APPROVAL = text(f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE id = :id")
-PENDING_OF_RUNS = text(
-    f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals"
-    " WHERE run_id = ANY(CAST(:ids AS bigint[])) AND status = 'pending'"
-)
-OF_RUNS = text(
-    f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE run_id = ANY(CAST(:ids AS bigint[]))"
-    " ORDER BY id"
 )
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 # A run event without a state change (running -> running) when a run parks or resumes, so
@@ -409,49 +363,3 @@ async def cancel_pending(
     approval = ApprovalRow.from_row(row)
     await conn.execute(CLOSE_STEP, {"run_id": run_id, "index": approval.step_index, "error": error})
     return approval
-
-
-async def fetch(conn: AsyncConnection, approval_id: int) -> ApprovalRow | None:
-    row = (await conn.execute(SELECT_APPROVAL, {"id": approval_id})).one_or_none()
-    return None if row is None else ApprovalRow.from_row(row)
-
-
-async def pending_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[ApprovalRow]:
-    rows = await conn.execute(PENDING_OF_RUNS, {"ids": list(run_ids)})
-    return [ApprovalRow.from_row(row) for row in rows]
-
-
-async def approvals_of_runs(conn: AsyncConnection, run_ids: Sequence[int]) -> list[ApprovalRow]:
-    rows = await conn.execute(OF_RUNS, {"ids": list(run_ids)})
-    return [ApprovalRow.from_row(row) for row in rows]
-
-
-async def page(
-    conn: AsyncConnection,
-    *,
-    owner_id: int | None,
-    status: str | None,
-    before_id: int | None,
-    limit: int,
-) -> list[ApprovalRow]:
-    """Newest first; an owner's (`owner_id`) or everyone's (None, the admins' view). Approvals
-    of hidden (deleted) agents are left out, as every read of agents leaves those out."""
-    clauses = [
-        "EXISTS (SELECT 1 FROM agents a"
-        " WHERE a.id = tool_approvals.agent_id AND a.deleted_at IS NULL)"
-    ]
-    params: dict[str, Any] = {"limit": limit}
-    if owner_id is not None:
-        clauses.append("owner_id = :owner_id")
-        params["owner_id"] = owner_id
-    if status is not None:
-        clauses.append("status = :status")
-        params["status"] = status
-    if before_id is not None:
-        clauses.append("id < :before_id")
-        params["before_id"] = before_id
-    statement = text(
-        f"SELECT {APPROVAL_COLUMNS} FROM tool_approvals WHERE {' AND '.join(clauses)}"
-        " ORDER BY id DESC LIMIT :limit"
-    )
-    return [ApprovalRow.from_row(row) for row in await conn.execute(statement, params)]

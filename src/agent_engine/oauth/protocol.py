@@ -11,316 +11,46 @@ to loopback, and loopback only when the source itself is on loopback), no creden
 no private, link-local (cloud metadata), multicast or reserved address; redirects are never
 followed; every answer is read through `CountingTransport` (at most `MAX_DOCUMENT_BYTES`, counted
 as the bytes arrive) within `seconds`.
+
+Where the parts live: the fetching under those rules is `oauth/fetch.py`, the discovery of a
+source's authorization server `oauth/discovery.py`; this module keeps the client's steps
+(registration, PKCE, the authorization URL, the token requests, revocation, the account). The
+names are re-exported here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
-import ipaddress
 import json
 import re
 import secrets
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit
 
-import httpx
 from mcp.shared.auth import (
     OAuthClientInformationFull,
     OAuthClientMetadata,
-    OAuthMetadata,
     OAuthToken,
-    ProtectedResourceMetadata,
 )
 from pydantic import AnyUrl, ValidationError
 
-from agent_engine.bounded_reads import BodyEncoded, BodyTooLarge, CountingTransport
-from agent_engine.domain.mcp import source_url_problem
-
-# A metadata document, a registration or a token answer is a few kilobytes.
-MAX_DOCUMENT_BYTES = 256_000
-DEFAULT_SECONDS = 10.0
-CLIENT_NAME = "Agent Engine"
-MCP_PROTOCOL_VERSION = "2025-06-18"
-
-
-class OAuthProblem(Exception):
-    """A step failed; the message names the step and the party, never a token or secret."""
-
-
-class Refused(OAuthProblem):
-    """The authorization server answered and refused (e.g. `invalid_grant`): not worth retrying."""
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _address_problem(address: str, allow_loopback: bool) -> str | None:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if ip.is_loopback:
-        return None if allow_loopback else "points at a loopback address"
-    if ip.is_link_local:
-        return "points at a link-local address (such as a cloud metadata service)"
-    if ip.is_private:
-        return "points at a private address"
-    if ip.is_multicast or ip.is_reserved or ip.is_unspecified:
-        return "points at a reserved address"
-    return None
-
-
-async def url_problem(url: str, *, allow_loopback: bool) -> str | None:
-    """Why the engine will not fetch `url` for OAuth, or None. The host's addresses are resolved
-    and each is checked (a name resolving to a private address is refused like the address)."""
-    if problem := source_url_problem(url):
-        return problem
-    host = urlsplit(url).hostname or ""
-    if _loopback(host) and not allow_loopback:
-        return "points at a loopback address, and the tool source is not on this machine"
-    try:
-        ipaddress.ip_address(host)
-        addresses = [host]
-    except ValueError:
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, None, type=socket.SOCK_STREAM
-            )
-        except OSError:
-            return f"names a host ({host!r}) that does not resolve"
-        addresses = sorted({str(info[4][0]) for info in infos})
-    for address in addresses:
-        if problem := _address_problem(address, allow_loopback):
-            return problem
-    return None
-
-
-@dataclass
-class Fetcher:
-    """Bounded, rule-checked HTTP for one OAuth step."""
-
-    allow_loopback: bool
-    seconds: float = DEFAULT_SECONDS
-
-    def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(self.seconds),
-            follow_redirects=False,
-            transport=CountingTransport(limit_bytes=MAX_DOCUMENT_BYTES),
-        )
-
-    async def request(
-        self, what: str, method: str, url: str, **kwargs: Any
-    ) -> tuple[httpx.Response, bytes]:
-        if problem := await url_problem(url, allow_loopback=self.allow_loopback):
-            raise OAuthProblem(f"{what}: the URL {_shown(url)} is refused ({problem})")
-        try:
-            async with asyncio.timeout(self.seconds), self._client() as client:
-                response = await client.request(method, url, **kwargs)
-                body = await response.aread()
-        except TimeoutError as exc:
-            raise OAuthProblem(f"{what}: no answer from {_shown(url)} in time") from exc
-        except BodyTooLarge as exc:
-            raise OAuthProblem(
-                f"{what}: the answer of {_shown(url)} is larger than {exc.limit_bytes} bytes"
-            ) from exc
-        except BodyEncoded as exc:
-            raise OAuthProblem(f"{what}: {_shown(url)} sent a compressed answer") from exc
-        except httpx.HTTPError as exc:
-            raise OAuthProblem(
-                f"{what}: could not reach {_shown(url)} ({type(exc).__name__})"
-            ) from exc
-        if response.is_redirect:
-            raise OAuthProblem(f"{what}: {_shown(url)} redirects elsewhere; redirects are refused")
-        return response, body
-
-    async def document(self, what: str, url: str) -> dict[str, Any] | None:
-        """A JSON document, None when the server has none there (404)."""
-        response, body = await self.request(
-            what, "GET", url, headers={"Accept": "application/json"}
-        )
-        if response.status_code in (404, 405):
-            return None
-        if response.status_code != 200:
-            raise OAuthProblem(f"{what}: {_shown(url)} answered HTTP {response.status_code}")
-        return _json_object(what, body)
-
-
-def _json_object(what: str, body: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(body)
-    except ValueError as exc:
-        raise OAuthProblem(f"{what}: the answer is not JSON") from exc
-    if not isinstance(value, dict):
-        raise OAuthProblem(f"{what}: the answer is not a JSON object")
-    return value
-
-
-def _shown(url: str) -> str:
-    """The URL without its query (where a code or token could be)."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-
-
-# --- discovery ----------------------------------------------------------------------------------
-
-_RESOURCE_METADATA = re.compile(r'resource_metadata\s*=\s*"([^"]+)"')
-
-
-@dataclass(frozen=True)
-class ServerMetadata:
-    """What discovery found: the resource (the MCP server), its authorization server's metadata
-    (as the document said it), and the scopes the resource offers."""
-
-    resource: str
-    issuer: str
-    metadata: dict[str, Any]
-    resource_scopes: tuple[str, ...] | None
-
-    @property
-    def oauth(self) -> OAuthMetadata:
-        return OAuthMetadata.model_validate(self.metadata)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "resource": self.resource,
-            "issuer": self.issuer,
-            "metadata": self.metadata,
-            "resourceScopes": None if self.resource_scopes is None else list(self.resource_scopes),
-        }
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> ServerMetadata:
-        scopes = value.get("resourceScopes")
-        return cls(
-            resource=value["resource"],
-            issuer=value["issuer"],
-            metadata=value["metadata"],
-            resource_scopes=None if scopes is None else tuple(scopes),
-        )
-
-
-def _well_known(base: str, name: str) -> list[str]:
-    """RFC 8414 §3.1 / RFC 9728 §3.1: the well-known segment goes between host and path."""
-    parts = urlsplit(base)
-    path = parts.path.rstrip("/")
-    urls = [urlunsplit((parts.scheme, parts.netloc, f"/.well-known/{name}{path}", "", ""))]
-    if path:
-        urls.append(urlunsplit((parts.scheme, parts.netloc, f"/.well-known/{name}", "", "")))
-    return urls
-
-
-async def discover(source_url: str, *, seconds: float = DEFAULT_SECONDS) -> ServerMetadata:
-    """The MCP server's authorization server and its metadata: the 401's `resource_metadata`
-    (or the well-known protected resource metadata, RFC 9728), then the authorization server's
-    metadata (RFC 8414, falling back to OpenID discovery)."""
-    fetcher = Fetcher(
-        allow_loopback=_loopback(urlsplit(source_url).hostname or ""), seconds=seconds
-    )
-    candidates: list[str] = []
-    response, _ = await fetcher.request(
-        "asking the tool server how to sign in",
-        "POST",
-        source_url,
-        headers={
-            "Accept": "application/json, text/event-stream",
-            "Content-Type": "application/json",
-            "MCP-Protocol-Version": MCP_PROTOCOL_VERSION,
-        },
-        content=json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": MCP_PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": CLIENT_NAME, "version": "1"},
-                },
-            }
-        ),
-    )
-    if response.status_code == 401:
-        challenge = response.headers.get("www-authenticate", "")
-        if match := _RESOURCE_METADATA.search(challenge):
-            candidates.append(match.group(1))
-    candidates += _well_known(source_url, "oauth-protected-resource")
-    resource_doc: dict[str, Any] | None = None
-    for url in candidates:
-        resource_doc = await fetcher.document("reading the tool server's resource metadata", url)
-        if resource_doc is not None:
-            break
-    if resource_doc is None:
-        raise OAuthProblem(
-            "the tool server publishes no protected resource metadata (RFC 9728): it does not"
-            " say which authorization server to use"
-        )
-    try:
-        resource = ProtectedResourceMetadata.model_validate(resource_doc)
-    except ValidationError as exc:
-        raise OAuthProblem(
-            f"the tool server's resource metadata is not valid ({_first_error(exc)})"
-        ) from exc
-    issuer = str(resource.authorization_servers[0])
-    metadata = await authorization_server_metadata(issuer, fetcher)
-    return ServerMetadata(
-        resource=source_url,
-        issuer=str(metadata["issuer"]),
-        metadata=metadata,
-        resource_scopes=None
-        if resource.scopes_supported is None
-        else tuple(resource.scopes_supported),
-    )
-
-
-async def authorization_server_metadata(issuer: str, fetcher: Fetcher) -> dict[str, Any]:
-    urls = _well_known(issuer, "oauth-authorization-server") + _well_known(
-        issuer, "openid-configuration"
-    )
-    parts = urlsplit(issuer)
-    if parts.path.strip("/"):  # OpenID Connect Discovery 1.0: the suffix after the issuer path
-        urls.append(issuer.rstrip("/") + "/.well-known/openid-configuration")
-    for url in dict.fromkeys(urls):
-        doc = await fetcher.document("reading the authorization server's metadata", url)
-        if doc is None:
-            continue
-        try:
-            parsed = OAuthMetadata.model_validate(doc)
-        except ValidationError as exc:
-            raise OAuthProblem(
-                f"the authorization server's metadata is not valid ({_first_error(exc)})"
-            ) from exc
-        if str(parsed.issuer).rstrip("/") != issuer.rstrip("/"):
-            raise OAuthProblem(
-                "the authorization server's metadata names another issuer than the tool server"
-                " (RFC 8414 §3.3)"
-            )
-        methods = parsed.code_challenge_methods_supported
-        if methods is not None and "S256" not in methods:
-            raise OAuthProblem("the authorization server does not support PKCE with S256")
-        for endpoint in ("authorization_endpoint", "token_endpoint"):
-            target = str(getattr(parsed, endpoint))
-            if problem := await url_problem(target, allow_loopback=fetcher.allow_loopback):
-                raise OAuthProblem(f"the authorization server's {endpoint} {problem}")
-        return {k: v for k, v in doc.items() if isinstance(k, str)}
-    raise OAuthProblem(
-        "the authorization server publishes no metadata (RFC 8414 or OpenID discovery)"
-    )
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(p) for p in error.get("loc", ()))
-    return f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg"))
-
+from agent_engine.oauth.discovery import ServerMetadata as ServerMetadata
+from agent_engine.oauth.discovery import (
+    authorization_server_metadata as authorization_server_metadata,
+)
+from agent_engine.oauth.discovery import discover as discover
+from agent_engine.oauth.fetch import CLIENT_NAME as CLIENT_NAME
+from agent_engine.oauth.fetch import DEFAULT_SECONDS as DEFAULT_SECONDS
+from agent_engine.oauth.fetch import MAX_DOCUMENT_BYTES as MAX_DOCUMENT_BYTES
+from agent_engine.oauth.fetch import MCP_PROTOCOL_VERSION as MCP_PROTOCOL_VERSION
+from agent_engine.oauth.fetch import Fetcher as Fetcher
+from agent_engine.oauth.fetch import OAuthProblem as OAuthProblem
+from agent_engine.oauth.fetch import Refused as Refused
+from agent_engine.oauth.fetch import first_error, json_object, loopback
+from agent_engine.oauth.fetch import url_problem as url_problem
 
 # --- the client ---------------------------------------------------------------------------------
 
@@ -363,9 +93,9 @@ async def register(
             f"{_error_code(raw)})"
         )
     try:
-        info = OAuthClientInformationFull.model_validate(_json_object("registration", raw))
+        info = OAuthClientInformationFull.model_validate(json_object("registration", raw))
     except ValidationError as exc:
-        raise OAuthProblem(f"the registration answer is not valid ({_first_error(exc)})") from exc
+        raise OAuthProblem(f"the registration answer is not valid ({first_error(exc)})") from exc
     if not info.client_id:
         raise OAuthProblem("the registration answer has no client_id")
     return Client(info.client_id, info.client_secret)
@@ -373,7 +103,7 @@ async def register(
 
 def _fetcher_for(server: ServerMetadata, seconds: float) -> Fetcher:
     return Fetcher(
-        allow_loopback=_loopback(urlsplit(server.resource).hostname or ""), seconds=seconds
+        allow_loopback=loopback(urlsplit(server.resource).hostname or ""), seconds=seconds
     )
 
 
@@ -461,11 +191,11 @@ async def _token_request(
         )
     if response.status_code != 200:
         raise OAuthProblem(f"{what}: the authorization server answered HTTP {response.status_code}")
-    document = _json_object(what, raw)
+    document = json_object(what, raw)
     try:
         token = OAuthToken.model_validate(document)
     except ValidationError as exc:
-        raise OAuthProblem(f"{what}: the token answer is not valid ({_first_error(exc)})") from exc
+        raise OAuthProblem(f"{what}: the token answer is not valid ({first_error(exc)})") from exc
     scopes = tuple(token.scope.split()) if token.scope else tuple(fields.get("scope", "").split())
     return Tokens(
         access_token=token.access_token,
