@@ -130,6 +130,7 @@ LOCK_MODEL_AGENTS = text("SELECT id FROM agents WHERE model_id = :id ORDER BY id
 FIRST_BUILTIN_MODEL = text(
     "SELECT id FROM agent_models WHERE provider = 'builtin' ORDER BY id LIMIT 1"
 )
+MODEL_BY_NAME = text("SELECT id FROM agent_models WHERE name = :name")
 ANY_DEFAULT_MODEL = text("SELECT 1 FROM agent_models WHERE is_default")
 
 # The price columns `set_model_prices` may write: its statement is built from these names only.
@@ -137,6 +138,12 @@ PRICE_COLUMNS = {
     "input_price_per_million": "input_price_per_million",
     "output_price_per_million": "output_price_per_million",
 }
+
+
+async def model_id_by_name(conn: AsyncConnection, name: str) -> int | None:
+    """The id of the model named `name`, None when there is none."""
+    found = (await conn.execute(MODEL_BY_NAME, {"name": name})).first()
+    return None if found is None else int(found[0])
 
 
 async def share_default_model(conn: AsyncConnection) -> int | None:

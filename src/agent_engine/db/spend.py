@@ -78,6 +78,15 @@ _SPENT_BY_AGENT_SQL = text(
     " FROM unnest(CAST(:agent_ids AS bigint[])) AS t(agent_id)"
 )
 
+# The agents whose own cap (`weekly_token_cap`) their week has reached: one statement for a batch,
+# an index probe per capped agent (agents without a cap are not summed).
+_AGENTS_OVER_CAP_SQL = text(
+    "SELECT a.id FROM agents a WHERE a.id = ANY(CAST(:agent_ids AS bigint[]))"
+    " AND a.weekly_token_cap IS NOT NULL AND "
+    + agent_week_tokens("a.id")
+    + " >= a.weekly_token_cap"
+)
+
 _SPENT_OF_OWNER_SQL = text("SELECT " + owner_week_tokens("CAST(:owner_id AS bigint)"))
 # SUM ignores NULLs: NULL when none of the week's runs was priced.
 _COST_OF_OWNER_SQL = text(
@@ -172,6 +181,19 @@ async def agents_spent_tokens(
         {"agent_ids": list(agent_ids), "start": window.start, "end": window.end},
     )
     return {int(agent_id): int(used) for agent_id, used in rows}
+
+
+async def agents_at_cap(
+    conn: AsyncConnection, agent_ids: Collection[int], *, window: BudgetWindow
+) -> set[int]:
+    """The agents with a cap of their own that their runs finished in the window reached."""
+    if not agent_ids:
+        return set()
+    rows = await conn.execute(
+        _AGENTS_OVER_CAP_SQL,
+        {"agent_ids": list(agent_ids), "start": window.start, "end": window.end},
+    )
+    return {int(agent_id) for (agent_id,) in rows}
 
 
 async def spent_costs(

@@ -19,6 +19,7 @@ OWNER_TIMEZONE = text("SELECT timezone FROM users WHERE id = :id")
 # A row lock on the owner, compatible with the FK checks of agent inserts.
 LOCK_OWNER_FOR_CREATE = text("SELECT 1 FROM users WHERE id = :id FOR NO KEY UPDATE")
 USERS_BY_ID = text("SELECT * FROM users WHERE id = ANY(CAST(:ids AS bigint[]))")
+USER_ACTIVE = text("SELECT is_active FROM users WHERE id = :id")
 DEACTIVATE = text("UPDATE users SET is_active = false WHERE id = :id RETURNING id")
 REACTIVATE = text("UPDATE users SET is_active = true WHERE id = :id RETURNING *")
 ENSURE_USER = text(
@@ -36,6 +37,12 @@ async def owner_zone(conn: AsyncConnection, owner_id: int) -> ZoneInfo:
 async def lock_owner_for_create(conn: AsyncConnection, owner_id: int) -> None:
     """Serialise the agent creations of one owner until commit."""
     await conn.execute(LOCK_OWNER_FOR_CREATE, {"id": owner_id})
+
+
+async def is_active(conn: AsyncConnection, user_id: int) -> bool | None:
+    """Whether the user's account is active; None when there is no such user."""
+    active = (await conn.execute(USER_ACTIVE, {"id": user_id})).scalar_one_or_none()
+    return None if active is None else bool(active)
 
 
 async def deactivate(conn: AsyncConnection, user_id: int) -> bool:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.db import agents as agents_db
@@ -110,12 +109,7 @@ async def seed_demo(
 async def _seed_down_model(conn: AsyncConnection, *, fallback_id: int) -> None:
     """The demo's model that is always down, with `fallback_id` as its fallback (created when
     missing: an admin's later change is kept, a removed one comes back on the next start)."""
-    found = (
-        await conn.execute(
-            text("SELECT id FROM agent_models WHERE name = :name"), {"name": DEMO_DOWN_MODEL_NAME}
-        )
-    ).first()
-    if found is not None:
+    if await catalog.model_id_by_name(conn, DEMO_DOWN_MODEL_NAME) is not None:
         return
     created = await catalog.insert_model(
         conn,

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents import audit
 from agent_engine.db import connections as connections_db
 from agent_engine.db import tool_sources as sources_db
+from agent_engine.db import users as users_db
 from agent_engine.oauth import protocol
 from agent_engine.oauth.keys import TokenKeys, Undecryptable
 from agent_engine.oauth.store import (
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 STATE_LIFETIME = timedelta(minutes=10)
 CALLBACK_PATH = "/oauth/callback"
-USER_ACTIVE = text("SELECT is_active FROM users WHERE id = :id")
 
 
 def redirect_uri_of(public_url: str) -> str:
@@ -235,9 +234,7 @@ async def complete_connection(
         verifier = keys.decrypt(pending.verifier_enc, verifier_purpose(hashed))
         async with engine.connect() as conn:
             server, client = await client_for(conn, source.id, keys)
-            active = (
-                await conn.execute(USER_ACTIVE, {"id": pending.owner_id})
-            ).scalar_one_or_none()
+            active = await users_db.is_active(conn, pending.owner_id)
         if not active:
             return _fail("error", "This account is deactivated.", name)
         tokens = await protocol.exchange_code(

@@ -2,7 +2,8 @@
 
 `SUM(tokens_used)` over the runs of all the owner's agents whose `finished_at` falls in the current
 week of the organisation zone, against the cap read from `platform_settings` at that moment. The
-sum is `db.spend.spent_tokens`.
+sum is `db.spend.spent_tokens` (for one owner, the gate's case: the week's `budget_weeks` row, which
+the database keeps equal to the sum, see `db.spend.owner_week_tokens`).
 """
 
 from __future__ import annotations
@@ -10,18 +11,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
-from agent_engine.db.spend import agent_week_tokens, spent_tokens
+from agent_engine.db.spend import agents_at_cap, spent_tokens
 from agent_engine.domain.budget import Budget, week_window
-
-
-async def owner_budget(conn: AsyncConnection, owner_id: int, *, now: datetime) -> Budget:
-    """The owner's budget for the week containing `now`."""
-    budgets = await owners_budgets(conn, [owner_id], now=now)
-    return budgets[owner_id]
 
 
 async def owners_budgets(
@@ -60,16 +54,6 @@ async def owners_over_budget(
     return {owner_id for owner_id, budget in budgets.items() if budget.exceeded}
 
 
-# The agents whose own cap (`weekly_token_cap`) their week has reached: one statement for a batch,
-# an index probe per capped agent (agents without a cap are not summed).
-_AGENTS_OVER_CAP_SQL = text(
-    "SELECT a.id FROM agents a WHERE a.id = ANY(CAST(:agent_ids AS bigint[]))"
-    " AND a.weekly_token_cap IS NOT NULL AND "
-    + agent_week_tokens("a.id")
-    + " >= a.weekly_token_cap"
-)
-
-
 async def agents_over_cap(
     conn: AsyncConnection,
     agent_ids: Collection[int],
@@ -81,9 +65,4 @@ async def agents_over_cap(
     same week as the owner's budget: the organisation zone's, Sunday to Sunday)."""
     if not agent_ids:
         return set()
-    window = week_window(now, platform.zone)
-    rows = await conn.execute(
-        _AGENTS_OVER_CAP_SQL,
-        {"agent_ids": list(agent_ids), "start": window.start, "end": window.end},
-    )
-    return {int(agent_id) for (agent_id,) in rows}
+    return await agents_at_cap(conn, agent_ids, window=week_window(now, platform.zone))

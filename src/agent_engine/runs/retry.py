@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agent_engine.db import retries as retries_db
 from agent_engine.db import runs as runs_sql
 from agent_engine.db.platform import load_platform_settings
 from agent_engine.db.run_steps import StepRow, steps_of_runs
@@ -77,30 +77,6 @@ class Failed:
     agent_id: int
     state: str
     reason: str | None
-
-
-# Locked: retries of one run wait for each other, so the later one sees the earlier one's retry
-# (read by `_RETRIED` after the lock, in a fresh snapshot) and is a CONFLICT rather than a skip.
-# NO KEY UPDATE: the retry's own foreign key to it (KEY SHARE) does not wait for it.
-_FAILED_RUN = text(
-    "SELECT id, agent_id, state, reason FROM agent_runs WHERE id = :id FOR NO KEY UPDATE"
-)
-_RETRIED = text("SELECT EXISTS (SELECT 1 FROM agent_runs WHERE retry_of = :id)")
-# The approvals of the failed run's WRITE calls: whether each call was ever made (or may have been).
-_CALLS_MADE = text(
-    "SELECT step_index, call_started_at IS NOT NULL AS started FROM tool_approvals"
-    " WHERE run_id = :run_id"
-)
-# The failed run's step (`:source`) as the retry's step `:index`, with the output and error the
-# retry carries (an unknown outcome's), its fallback flag and answering model kept.
-_COPY_STEP = text(
-    "INSERT INTO agent_run_steps (run_id, index, kind, name, input, output, error,"
-    " prompt_tokens, completion_tokens, started_at, finished_at, fallback, model_id, reused)"
-    " SELECT :run_id, :index, s.kind, s.name, s.input, :output, :error,"
-    " s.prompt_tokens, s.completion_tokens, s.started_at, COALESCE(s.finished_at, s.started_at),"
-    " s.fallback, s.model_id, true"
-    " FROM agent_run_steps s WHERE s.run_id = :failed_id AND s.index = :source"
-)
 
 
 def check_retryable(run_id: int, state: str, reason: str | None) -> None:
@@ -146,11 +122,11 @@ async def retry_run(
 
 
 async def _request(conn: AsyncConnection, run_id: int, *, now: datetime) -> runs_sql.RunRow:
-    found = (await conn.execute(_FAILED_RUN, {"id": run_id})).one_or_none()
+    found = await retries_db.lock_failed_run(conn, run_id)
     if found is None:
         raise LookupError(run_id)
     check_retryable(run_id, found.state, found.reason)
-    if (await conn.execute(_RETRIED, {"id": run_id})).scalar_one():
+    if await retries_db.was_retried(conn, run_id):
         raise AlreadyRetried(run_id)
     agent_id = int(found.agent_id)
     gate = _refuse_closed_gate(
@@ -182,26 +158,22 @@ async def _request(conn: AsyncConnection, run_id: int, *, now: datetime) -> runs
 async def _carry_over(conn: AsyncConnection, *, failed_id: int, retry_id: int) -> int:
     """Copy the failed run's transcript into the retry as reused steps; returns how many."""
     steps = await steps_of_runs(conn, [failed_id])
-    made = {
-        int(r.step_index): bool(r.started)
-        for r in await conn.execute(_CALLS_MADE, {"run_id": failed_id})
-    }
+    made = await retries_db.calls_made(conn, failed_id)
     kept = carried_steps(steps, made)
-    if kept:
-        await conn.execute(
-            _COPY_STEP,
-            [
-                {
-                    "run_id": retry_id,
-                    "index": index,
-                    "failed_id": failed_id,
-                    "source": step.source,
-                    "output": step.output,
-                    "error": step.error,
-                }
-                for index, step in enumerate(kept)
-            ],
-        )
+    await retries_db.copy_steps(
+        conn,
+        [
+            {
+                "run_id": retry_id,
+                "index": index,
+                "failed_id": failed_id,
+                "source": step.source,
+                "output": step.output,
+                "error": step.error,
+            }
+            for index, step in enumerate(kept)
+        ],
+    )
     return len(kept)
 
 

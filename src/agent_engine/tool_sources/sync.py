@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent_engine.agents import audit
+from agent_engine.agents.credential_guard import CredentialGuard, CredentialRefused
 from agent_engine.db import tool_sources as sources_db
 from agent_engine.domain.mcp import (
     CATALOG_NAME_MAX_CHARS,
@@ -37,7 +38,6 @@ from agent_engine.domain.mcp import (
     schema_shape_problem,
 )
 from agent_engine.oauth.access import NotConnected, TokenUnavailable, owner_access_token
-from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
 from agent_engine.runtime.tools.mcp import SchemaRefused, validator
 from agent_engine.tool_sources.client import (
     MAX_SCHEMA_BYTES,

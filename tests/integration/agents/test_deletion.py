@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.agents.deletion import COUNTED_SPEND_HORIZON, delete_agent
 from agent_engine.api.live.bus import RUNS_CHANNEL as CHANNEL
-from agent_engine.runs.budget import owner_budget
+from agent_engine.runs.budget import owners_budgets
 from agent_engine.runs.reaper import reap_stale_runs
 from agent_engine.settings import to_libpq_url
 from tests.support.factories import Factories
@@ -69,7 +69,7 @@ async def test_an_agent_with_spend_this_week_is_hidden_keeps_it_and_is_purged_la
     )
     queued = await factories.run(agent["id"], state="queued", created_at=NOW)
     async with engine.connect() as conn:
-        before = await owner_budget(conn, owner, now=NOW)
+        before = (await owners_budgets(conn, [owner], now=NOW))[owner]
 
     assert await _delete(engine, agent["id"]) is False
 
@@ -79,7 +79,7 @@ async def test_an_agent_with_spend_this_week_is_hidden_keeps_it_and_is_purged_la
     failed = (await _rows(engine, "SELECT * FROM agent_runs WHERE id = :r", r=queued["id"]))[0]
     assert (failed["state"], failed["reason"], failed["tokens_used"]) == ("failed", "error", 0)
     async with engine.connect() as conn:
-        after = await owner_budget(conn, owner, now=NOW)
+        after = (await owners_budgets(conn, [owner], now=NOW))[owner]
     assert after.used_tokens == before.used_tokens == 50
     # A second delete finds nothing to delete.
     with pytest.raises(Exception, match="not found"):

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.db.platform import TIMEZONE, WEEKLY_TOKEN_CAP
 from agent_engine.domain.gate import AgentNotStartable, Lock
 from agent_engine.domain.runs import RunTrigger
-from agent_engine.runs.budget import owner_budget, owners_budgets
+from agent_engine.runs.budget import owners_budgets
 from agent_engine.runs.request import AgentNotFound, request_run
 from tests.support.factories import Factories
 
@@ -181,7 +181,7 @@ async def test_budget_window_is_the_organisation_week(
     )
 
     async with engine.connect() as conn:
-        budget = await owner_budget(conn, owner["id"], now=NOW)
+        budget = (await owners_budgets(conn, [owner["id"]], now=NOW))[owner["id"]]
         many = await owners_budgets(conn, [owner["id"], 424242], now=NOW)
 
     assert budget.used_tokens == 40

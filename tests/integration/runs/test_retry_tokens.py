@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent_engine.runs.budget import owner_budget
+from agent_engine.runs.budget import owners_budgets
 from agent_engine.runs.retry import retry_run
 from tests.integration.runs.support import fetch, run_row
 from tests.support.factories import Factories
@@ -108,5 +108,5 @@ async def test_reused_steps_keep_their_fallback_and_count_in_no_sum(
     assert (row["tokens_used"], row["prompt_tokens"], row["completion_tokens"]) == (50, 40, 10)
     assert row["cost"] == Decimal("0.00006")  # 40 x 1 + 10 x 2 per million: no backup tokens
     async with engine.connect() as conn:
-        budget = await owner_budget(conn, owner["id"], now=now)
+        budget = (await owners_budgets(conn, [owner["id"]], now=now))[owner["id"]]
     assert budget.used_tokens == 150 + 50

@@ -4,7 +4,6 @@ Admins oversee but do not decide for the owner (FORBIDDEN)."""
 from __future__ import annotations
 
 import strawberry
-from sqlalchemy import text
 
 from agent_engine.api.access import is_owner, may_see
 from agent_engine.api.errors import BadUserInput, Conflict, Forbidden, NotFound
@@ -14,17 +13,10 @@ from agent_engine.api.mutations.common import fresh_agent, owned_agent, transact
 from agent_engine.api.resolvers import Info, described_mutation
 from agent_engine.api.state import services
 from agent_engine.api.types.agents import Agent, ToolApproval
+from agent_engine.db import agent_tools as agent_tools_db
 from agent_engine.db import approvals as approvals_db
 from agent_engine.domain.mcp import ToolAccess
 from agent_engine.runs import approvals
-
-SET_AUTO_APPROVED = text(
-    "UPDATE agent_tools SET auto_approved = :auto WHERE agent_id = :agent_id AND tool_id = :tool_id"
-)
-TOOL_ACCESS_IN_SELECTION = text(
-    "SELECT t.access FROM agent_tools at JOIN tools t ON t.id = at.tool_id"
-    " WHERE at.agent_id = :agent_id AND at.tool_id = :tool_id"
-)
 
 
 @strawberry.type
@@ -43,15 +35,14 @@ class ApprovalMutation:
         tool = parse_id(tool_id, "toolId")
         await owned_agent(info, agent, "auto-approve its tools", owner_only=True)
         async with transaction(info) as conn:
-            params = {"agent_id": agent, "tool_id": tool}
-            access = (await conn.execute(TOOL_ACCESS_IN_SELECTION, params)).scalar()
+            access = await agent_tools_db.tool_access_in_selection(conn, agent, tool)
             if access is None:
                 raise BadUserInput("toolId", f"tool {tool} is not in the agent's selection")
             if access != ToolAccess.WRITE:
                 raise BadUserInput(
                     "toolId", f"tool {tool} only reads (READ): it never waits for approval"
                 )
-            await conn.execute(SET_AUTO_APPROVED, {**params, "auto": auto_approved})
+            await agent_tools_db.set_auto_approved(conn, agent, tool, auto_approved=auto_approved)
             return await fresh_agent(info, conn, agent)
 
     @described_mutation(
