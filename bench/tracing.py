@@ -184,6 +184,7 @@ async def off_path_us_per_run(iterations: int) -> float:
     import dramatiq
 
     from agent_engine.domain.runs import RunState
+    from agent_engine.observability import genai_spans as spans
     from agent_engine.observability import tracing
     from agent_engine.runs.claim import Claim
     from agent_engine.runs.run_trace import traced_run
@@ -212,9 +213,9 @@ async def off_path_us_per_run(iterations: int) -> float:
         middleware.before_process_message(broker, message)
         async with traced_run(engine, claim) as traced:
             for _ in range(2):
-                with tracing.chat_span("openai", request) as span:
-                    tracing.model_reply(span, None)
-            with tracing.tool_span(spec, call) as span:
+                with spans.chat_span("openai", request) as span:
+                    spans.model_reply(span, None)
+            with spans.tool_span(spec, call) as span:
                 span.result("r")
             traced.ended(RunState.SUCCEEDED)
         middleware.after_process_message(broker, message, result=None)

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_engine.db import run_traces
 from agent_engine.domain.runs import RunState
+from agent_engine.observability import genai_spans as spans
 from agent_engine.observability import tracing
 from agent_engine.runs.claim import Claim
 
@@ -34,7 +35,7 @@ class TracedRun:
 
     __slots__ = ("handle", "state")
 
-    def __init__(self, handle: tracing.SpanHandle) -> None:
+    def __init__(self, handle: spans.SpanHandle) -> None:
         self.handle = handle
         self.state: RunState | None = None
 
@@ -43,7 +44,7 @@ class TracedRun:
         return state
 
 
-_UNTRACED = TracedRun(tracing.NO_SPAN)
+_UNTRACED = TracedRun(spans.NO_SPAN)
 
 
 @asynccontextmanager
@@ -59,7 +60,7 @@ async def traced_run(engine: AsyncEngine, claim: Claim) -> AsyncIterator[TracedR
         async with engine.connect() as conn:
             found = await run_traces.load_run_trace(conn, claim.run_id)
     saved = found.trace_parent if found is not None else None
-    with tracing.agent_span(
+    with spans.agent_span(
         agent_name=found.agent_name if found is not None else None,
         agent_id=ctx.agent_id,
         run_id=claim.run_id,
@@ -74,13 +75,13 @@ async def traced_run(engine: AsyncEngine, claim: Claim) -> AsyncIterator[TracedR
             traceparent = tracing.current_traceparent()
             if traceparent is not None:
                 name = await run_traces.save_trace_parent(engine, claim.run_id, traceparent)
-                tracing.name_agent(handle, name)
+                spans.name_agent(handle, name)
         traced = TracedRun(handle)
         yield traced
         handle.set(tracing.RUN_OUTCOME, str(traced.state) if traced.state else None)
         if traced.state is RunState.RUNNING:
             pending = await run_traces.pending_approval(engine, claim.run_id)
-            tracing.parked(
+            spans.parked(
                 handle,
                 approval_id=pending[0] if pending else None,
                 tool_name=pending[1] if pending else None,
@@ -94,7 +95,7 @@ async def traced_delivery(engine: AsyncEngine, delivery_id: int) -> AsyncIterato
         yield
         return
     traceparent = await run_traces.delivery_trace_parent(engine, delivery_id)
-    with tracing.delivery_span(delivery_id=delivery_id, run_traceparent=traceparent):
+    with spans.delivery_span(delivery_id=delivery_id, run_traceparent=traceparent):
         yield
 
 

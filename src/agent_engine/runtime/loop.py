@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent_engine.domain.zones import zone_or_utc
 from agent_engine.knowledge.postgres import PostgresKnowledgeStore
 from agent_engine.knowledge.store import KnowledgeStore
-from agent_engine.observability import tracing
+from agent_engine.observability import genai_spans as spans
 from agent_engine.runtime.bounded import truncate as truncate
 from agent_engine.runtime.context import ModelSpec, RunContext
 from agent_engine.runtime.credentials import CredentialGuard, CredentialRefused
@@ -263,11 +263,11 @@ class Runtime(ResumePath):
                 step = await record.step_started(StepKind.MODEL_CALL, ctx.model.model)
                 try:
                     # The run's model, or the next of its chain when it is down (fallback.py).
-                    with tracing.chat_span(ctx.model.provider, request) as span:
+                    with spans.chat_span(ctx.model.provider, request) as span:
                         answer = await self.fallbacks.complete(
                             ctx, request, provider_for=self._provider, credentials=self.credentials
                         )
-                        tracing.model_reply(span, answer.reply)
+                        spans.model_reply(span, answer.reply)
                 except (ProviderError, CredentialRefused) as exc:
                     refused = _model_error(ctx.model, exc)
                     await record.step_finished(

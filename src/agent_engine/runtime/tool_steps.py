@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from agent_engine.observability import tracing
+from agent_engine.observability import genai_spans as spans
 from agent_engine.runtime.authority import Authority
 from agent_engine.runtime.bounded import truncate
 from agent_engine.runtime.mcp_calls import McpCalls
@@ -140,7 +140,7 @@ class ToolSteps:
                 f"unknown tool '{call.name}'; the available tools are {', '.join(sorted(tools))}"
             )
         authority = held.kind if held is not None else None
-        with tracing.tool_span(spec, call, approval_id=approval_id, authority=authority) as span:
+        with spans.tool_span(spec, call, approval_id=approval_id, authority=authority) as span:
             result, error = await self._checked_call(spec, call, tool_ctx, held)
             span.result(result, error=error)
         return result, error

@@ -27,6 +27,7 @@ from agent_engine.db import activity
 from agent_engine.delivery import outbox
 from agent_engine.delivery.outbox import EnqueueDelivery
 from agent_engine.domain.runs import RunState
+from agent_engine.observability import genai_spans as spans
 from agent_engine.observability import tracing
 from agent_engine.runs import (
     approvals,
@@ -135,7 +136,7 @@ async def _execute_claimed(context: WorkerContext, claim: Claim) -> None:
 async def schedule_due_agents() -> None:
     context = _require_context()
     try:
-        with tracing.tick_span(tracing.SCHEDULE_TICK_SPAN):
+        with spans.tick_span(tracing.SCHEDULE_TICK_SPAN):
             claimed = await scheduler.schedule_due_agents(
                 context.engine,
                 now=execute.utc_now(),

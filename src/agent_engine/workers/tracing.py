@@ -20,6 +20,7 @@ import dramatiq
 from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware
 
+from agent_engine.observability import genai_spans as spans
 from agent_engine.observability import tracing
 
 TRACE_OPTIONS = ("traceparent", "tracestate")
@@ -103,7 +104,7 @@ class TraceContextMiddleware(Middleware):
         span, token = opened
         try:
             if exception is not None:
-                tracing.record_error(span, exception)
+                spans.record_error(span, exception)
             if skipped:
                 span.add_event(tracing.SKIPPED_EVENT)
             span.end()

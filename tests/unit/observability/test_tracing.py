@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
-from agent_engine.observability import tracing, tracing_page
+from agent_engine.observability import genai_spans, tracing, tracing_page
 from agent_engine.runtime.providers.base import ModelReply, ModelRequest, ToolCall
 from agent_engine.runtime.tools.spec import ToolCallContext, ToolSpec
 from agent_engine.settings import Settings
@@ -66,10 +66,10 @@ def test_off_by_default_every_hook_is_the_shared_no_op() -> None:
     assert tracing.configure_tracing("test", environ={}) is False
     assert tracing.ENABLED is False
     request = ModelRequest(model="m", messages=[{"role": "user", "content": SECRET_TEXT}], tools=[])
-    with tracing.chat_span("openai", request) as span:
-        assert span is tracing.NO_SPAN
-    assert tracing.agent_span(agent_name="a", agent_id=1, run_id=2, owner_id=3) is (
-        tracing.chat_span("openai", request)
+    with genai_spans.chat_span("openai", request) as span:
+        assert span is genai_spans.NO_SPAN
+    assert genai_spans.agent_span(agent_name="a", agent_id=1, run_id=2, owner_id=3) is (
+        genai_spans.chat_span("openai", request)
     )
     assert tracing.current_traceparent() is None
     assert tracing.add_trace_ids(None, "info", {"event": "x"}) == {"event": "x"}
@@ -81,8 +81,8 @@ def test_a_chat_span_has_the_conventions_names_and_no_content_by_default(
     request = ModelRequest(
         model="gpt-x", messages=[{"role": "user", "content": SECRET_TEXT}], tools=[]
     )
-    with tracing.chat_span("openai", request) as span:
-        tracing.model_reply(
+    with genai_spans.chat_span("openai", request) as span:
+        genai_spans.model_reply(
             span,
             ModelReply(
                 content=SECRET_TEXT,
@@ -108,10 +108,10 @@ def test_content_is_recorded_only_when_enabled(content_spans: InMemorySpanExport
         model="gpt-x", messages=[{"role": "user", "content": SECRET_TEXT}], tools=[]
     )
     call = ToolCall(id="call_1", name="search", arguments='{"q": "tls"}')
-    with tracing.chat_span("openai", request) as span:
-        tracing.model_reply(span, ModelReply(content=None, tool_calls=(call,), tokens_used=3))
+    with genai_spans.chat_span("openai", request) as span:
+        genai_spans.model_reply(span, ModelReply(content=None, tool_calls=(call,), tokens_used=3))
     spec = ToolSpec(name="search", description="", parameters={}, handler=no_handler)
-    with tracing.tool_span(spec, call) as span:
+    with genai_spans.tool_span(spec, call) as span:
         span.result("found 2 documents")
     chat, tool = content_spans.get_finished_spans()
     assert chat.attributes is not None and tool.attributes is not None
@@ -129,7 +129,7 @@ def test_an_exception_is_recorded_by_its_type_never_its_text(
     content_spans: InMemorySpanExporter,
 ) -> None:
     request = ModelRequest(model="gpt-x", messages=[], tools=[])
-    with pytest.raises(RuntimeError), tracing.chat_span("openai", request):
+    with pytest.raises(RuntimeError), genai_spans.chat_span("openai", request):
         raise RuntimeError(f"provider said: {SECRET_TEXT} at https://internal.example")
     [chat] = content_spans.get_finished_spans()
     assert chat.attributes is not None and chat.attributes["error.type"] == "RuntimeError"
