@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 import psutil
 
-from agent_engine.api.live import LiveUpdates, RunChange, Subscription, Topic
+from agent_engine.api.live import BusListener, LiveUpdates, RunChange, Topic
 from agent_engine.db.engine import create_engine
 from agent_engine.settings import Settings, to_asyncpg_url
 from bench.common import Bench, Row, ScenarioResult, memory_growth_row, percentile
@@ -144,7 +144,7 @@ def _live(url: str, queue_size: int = 256) -> LiveUpdates:
     return LiveUpdates(engine, queue_size=queue_size)
 
 
-async def _events(sub: Subscription[RunChange]) -> Any:
+async def _events(sub: BusListener[RunChange]) -> Any:
     async for batch in sub.batches():
         for event in batch:
             yield event
@@ -156,7 +156,7 @@ async def hub_fanout(url: str, run_ids: list[int], subscribers: int) -> dict[str
     latencies: list[list[float]] = [[] for _ in range(subscribers)]
     wanted = set(run_ids)
 
-    async def consume(index: int, sub: Subscription[RunChange]) -> None:
+    async def consume(index: int, sub: BusListener[RunChange]) -> None:
         sink = latencies[index]
         async for event in _events(sub):
             if event.run["id"] in wanted and event.state == "running":
@@ -225,7 +225,7 @@ async def hub_memory_cycles(url: str, cycles: int) -> dict[str, Any]:
     return {"cycles": cycles, "rss_before": before, "rss_after": after, "subscribers_left": left}
 
 
-async def _drain(sub: Subscription[RunChange]) -> None:
+async def _drain(sub: BusListener[RunChange]) -> None:
     async for _ in sub.batches():
         pass
 

@@ -56,10 +56,6 @@ from agent_engine.api.live.stream import SharedStream, shared_stream
 
 logger = logging.getLogger(__name__)
 
-# The bus listener's name before issue 42 (`Subscription` is the GraphQL root's, in
-# api/subscriptions.py); kept importable for bench/fanout.py.
-Subscription = BusListener
-
 
 class LiveUpdates:
     """The api process's live path: one bus, its LISTEN source, the subscription groups."""
@@ -115,7 +111,6 @@ __all__ = [
     "StepEvent",
     "Store",
     "SubscriberTooSlow",
-    "Subscription",
     "Topic",
     "shared_stream",
 ]
