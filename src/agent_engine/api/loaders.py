@@ -143,6 +143,11 @@ class Loaders:
         return self._reads.grouped(_keyed(catalog.tools_of_sources, lambda row: row.source_id or 0))
 
     @functools.cached_property
+    def connected_owners(self) -> DataLoader[int, int]:
+        """How many owners have a CONNECTED account at each source: one statement per page."""
+        return SharedLoader(load_fn=self._reads.load_connected_owners)
+
+    @functools.cached_property
     def budget(self) -> DataLoader[int, Budget]:
         return SharedLoader(load_fn=self._reads.load_budgets)
 
@@ -177,7 +182,7 @@ class Loaders:
     @functools.cached_property
     def agent_week_tokens(self) -> DataLoader[int, int]:
         """Each agent's tokens in the current budget week: one statement per page of agents."""
-        return DataLoader(load_fn=self._reads.load_agent_week_tokens)
+        return SharedLoader(load_fn=self._reads.load_agent_week_tokens)
 
     @functools.cached_property
     def retry_of_run(self) -> DataLoader[int, RunRow | None]:

@@ -26,6 +26,7 @@ from strawberry.dataloader import DataLoader
 
 from agent_engine.db import runs as runs_db
 from agent_engine.db.alerts import BudgetAlertRow, alerts_of_owners
+from agent_engine.db.connections import connected_counts
 from agent_engine.db.platform import PlatformSettings, load_platform_settings
 from agent_engine.db.runs import RunRow
 from agent_engine.db.spend import agents_spent_tokens, recent_tokens, spent_costs
@@ -198,6 +199,11 @@ class RequestReads:
         async with self.connection() as conn:
             used = await agents_spent_tokens(conn, list(agent_ids), window=window)
         return [used.get(i, 0) for i in agent_ids]
+
+    async def load_connected_owners(self, source_ids: Sequence[int]) -> list[int]:
+        async with self.connection() as conn:
+            counts = await connected_counts(conn, list(source_ids))
+        return [counts.get(i, 0) for i in source_ids]
 
     async def load_expected_tokens(self, agent_ids: Sequence[int]) -> list[int | None]:
         async with self.connection() as conn:

@@ -179,6 +179,34 @@ NOTIFY_RUN = text(
 )
 
 
+async def park_run(
+    conn: AsyncConnection,
+    run_id: int,
+    *,
+    tokens: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    step_end: dict[str, Any],
+) -> Any:
+    """The first half of every park (an approval's or a connection wait's): the running run
+    marked parked with its tokens so far, and the parking call's step ended. The run's agent and
+    owner; None when the run is no longer running (cancelled or reaped: nothing is written)."""
+    parked = (
+        await conn.execute(
+            PARK_RUN,
+            {
+                "run_id": run_id,
+                "tokens": tokens,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+            },
+        )
+    ).one_or_none()
+    if parked is not None:
+        await conn.execute(END_STEP, {"run_id": run_id, **step_end})
+    return parked
+
+
 async def park(
     conn: AsyncConnection,
     run_id: int,
@@ -196,20 +224,16 @@ async def park(
 ) -> ApprovalRow | None:
     """Park the running run on a new approval; None when the run is no longer running (it was
     cancelled or reaped meanwhile: nothing is written)."""
-    parked = (
-        await conn.execute(
-            PARK_RUN,
-            {
-                "run_id": run_id,
-                "tokens": tokens,
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-            },
-        )
-    ).one_or_none()
+    parked = await park_run(
+        conn,
+        run_id,
+        tokens=tokens,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        step_end=step_end,
+    )
     if parked is None:
         return None
-    await conn.execute(END_STEP, {"run_id": run_id, **step_end})
     row = (
         await conn.execute(
             INSERT_APPROVAL,

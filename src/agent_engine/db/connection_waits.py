@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_engine.db.approvals import CLOSE_STEP, END_STEP, NOTIFY_RUN, PARK_RUN
+from agent_engine.db.approvals import CLOSE_STEP, NOTIFY_RUN, park_run
 from agent_engine.db.rows import AnyRow, columns
 from agent_engine.domain.storable import storable_json_dumps, storable_text
 
@@ -183,20 +183,16 @@ async def park(
 ) -> WaitRow | None:
     """Park the running run on a new connection wait; None when the run is no longer running
     (cancelled or reaped meanwhile: nothing is written)."""
-    parked = (
-        await conn.execute(
-            PARK_RUN,
-            {
-                "run_id": run_id,
-                "tokens": tokens,
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-            },
-        )
-    ).one_or_none()
+    parked = await park_run(
+        conn,
+        run_id,
+        tokens=tokens,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        step_end=step_end,
+    )
     if parked is None:
         return None
-    await conn.execute(END_STEP, {"run_id": run_id, **step_end})
     row = (
         await conn.execute(
             INSERT_WAIT,

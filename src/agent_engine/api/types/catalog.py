@@ -6,14 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 
 import strawberry
-from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.scalars import JSON
 
 from agent_engine.api.resolvers import Info, described, viewer_is_admin
 from agent_engine.api.scalars import DecimalText, decimal_text_or_none
 from agent_engine.api.types.connections import ToolSourceAuth
 from agent_engine.db.catalog import AgentModelRow, ToolRow
-from agent_engine.db.connections import connected_counts
 from agent_engine.db.platform import PlatformSettings as PlatformSettingsRow
 from agent_engine.db.tool_sources import ToolSourceRow
 from agent_engine.domain.mcp import ToolAccess
@@ -213,10 +211,7 @@ class ToolSource:
     async def connected_owners(self, info: Info) -> int:
         if not self.row.owner_oauth:
             return 0
-        engine: AsyncEngine = info.context.request.scope["state"]["engine"]
-        async with engine.connect() as conn:
-            counts = await connected_counts(conn, [self.row.id])
-        return counts.get(self.row.id, 0)
+        return await info.context.loaders.connected_owners.load(self.row.id)
 
     @classmethod
     def from_row(cls, row: ToolSourceRow) -> ToolSource:
