@@ -17,11 +17,10 @@ LOAD_RUN_TRACE = text(
     "SELECT a.name AS agent_name, r.trace_parent FROM agent_runs r"
     " JOIN agents a ON a.id = r.agent_id WHERE r.id = :run_id"
 )
-# A fresh run's span names its trace (a later attempt keeps the first: one trace per run), and
-# learns its agent's name, in one statement.
+# A run parked before tracing was on names its trace at its resume (a fresh run's start saves it,
+# `db.runs.START`); an earlier one is kept: one trace per run.
 SAVE_TRACE_PARENT = text(
-    "UPDATE agent_runs r SET trace_parent = COALESCE(r.trace_parent, :trace_parent)"
-    " FROM agents a WHERE r.id = :run_id AND a.id = r.agent_id RETURNING a.name AS agent_name"
+    "UPDATE agent_runs SET trace_parent = COALESCE(trace_parent, :trace_parent) WHERE id = :run_id"
 )
 # The approval a run just parked on (the park event names it).
 PENDING_APPROVAL = text(
@@ -48,14 +47,10 @@ async def load_run_trace(conn: AsyncConnection, run_id: int) -> RunTrace | None:
     return None if row is None else RunTrace(str(row.agent_name), row.trace_parent)
 
 
-async def save_trace_parent(engine: AsyncEngine, run_id: int, trace_parent: str) -> str | None:
-    """Save the run's traceparent unless it has one; its agent's name (None: run gone). One
-    round trip on the worker's autocommit lane, through asyncpg directly (as the claim)."""
-    async with autocommit(engine) as conn:
-        row = await direct.fetch_one(
-            conn, SAVE_TRACE_PARENT, {"run_id": run_id, "trace_parent": trace_parent}
-        )
-    return None if row is None else str(row.agent_name)
+async def save_trace_parent(engine: AsyncEngine, run_id: int, trace_parent: str) -> None:
+    """Save the run's traceparent unless it has one."""
+    async with engine.begin() as conn:
+        await conn.execute(SAVE_TRACE_PARENT, {"run_id": run_id, "trace_parent": trace_parent})
 
 
 async def pending_approval(engine: AsyncEngine, run_id: int) -> tuple[int, str] | None:

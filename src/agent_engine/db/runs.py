@@ -172,7 +172,7 @@ class DueAgent:
 # locking read (`CLAIM_READ`): no second statement.
 CONTEXT_COLUMNS = (
     """
-    r.id AS run_id, a.id AS agent_id, a.user_id AS owner_id, a.prompt,
+    r.id AS run_id, a.id AS agent_id, a.name AS agent_name, a.user_id AS owner_id, a.prompt,
     a.weekly_token_cap, a.max_tokens_per_run, r.retry_of,
     u.timezone AS owner_timezone,
     m.provider, m.model, m.base_url, m.api_key_env, m.name AS model_name,
@@ -224,8 +224,13 @@ _CLAIM_SELECT = (
 )
 CLAIM_READ = text(_CLAIM_SELECT)
 
-# What a start writes besides the run's model (`model_id = …`): here and in `CLAIM_AT_ONCE`.
-_STARTED = "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now(),"
+# What a start writes besides the run's model (`model_id = …`): here and in `CLAIM_AT_ONCE`. With
+# tracing on, `:trace_parent` is the run's span's (started before the claim, runs/run_trace.py):
+# the start saves it, so tracing costs the run no statement of its own; NULL (off) changes nothing.
+_STARTED = (
+    "UPDATE agent_runs SET state = 'running', started_at = now(), heartbeat_at = now(),"
+    " trace_parent = COALESCE(agent_runs.trace_parent, CAST(:trace_parent AS text)),"
+)
 # The start also writes the run's first step (every run opens with a model call), so a one-call
 # run's transcript costs no statement of its own (see runs/steps.py).
 START = text(

@@ -139,7 +139,6 @@ class _Off:
 _OFF = _Off()
 
 
-@contextmanager
 def _span(
     name: str,
     attributes: Mapping[str, Any],
@@ -147,8 +146,9 @@ def _span(
     kind: Any = None,
     context: Context | None = None,
     links: Sequence[Any] = (),
-) -> Iterator[SpanHandle]:
-    from opentelemetry.trace import SpanKind, use_span
+) -> Any:
+    """A new span, current while its context manager is open."""
+    from opentelemetry.trace import SpanKind
 
     span = tracer().start_span(
         name,
@@ -159,6 +159,14 @@ def _span(
         record_exception=False,
         set_status_on_exception=False,
     )
+    return _current(span)
+
+
+@contextmanager
+def _current(span: Span) -> Iterator[SpanHandle]:
+    """`span` made current, ended on exit; an exception is recorded by its type only."""
+    from opentelemetry.trace import use_span
+
     with use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
         try:
             yield SpanHandle(span)
@@ -177,6 +185,44 @@ def record_error(span: Span, exc: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR))
 
 
+class StartedSpan:
+    """A run's `invoke_agent` span started before its claim, so that the claim's own statement
+    saves its traceparent on the run (no statement of tracing's own). `agent_span(started=…)`
+    carries on with it once the claim started the run; a claim that started nothing drops it
+    (a span never ended is never exported)."""
+
+    __slots__ = ("span", "traceparent")
+
+    def __init__(self, span: Span, traceparent: str | None) -> None:
+        self.span = span
+        self.traceparent = traceparent
+
+
+def start_agent_span(run_id: int) -> StartedSpan | None:
+    """The fresh run's `invoke_agent` span, a child of the current one (the message's
+    `process execute_run`), not yet current; None while tracing is off."""
+    if not tracing.ENABLED:
+        return None
+    from opentelemetry.trace import SpanKind, set_span_in_context
+
+    span = tracer().start_span(
+        INVOKE_AGENT,
+        kind=SpanKind.INTERNAL,
+        attributes={
+            GEN_AI_OPERATION_NAME: INVOKE_AGENT,
+            GEN_AI_CONVERSATION_ID: str(run_id),
+            SESSION_ID: str(run_id),
+            RUN_ID: str(run_id),
+            RUN_RESUMED: False,
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+    carrier: dict[str, str] = {}
+    tracing.inject(carrier, set_span_in_context(span))
+    return StartedSpan(span, carrier.get("traceparent"))
+
+
 def agent_span(
     *,
     agent_name: str | None,
@@ -186,16 +232,32 @@ def agent_span(
     session_id: str | None = None,
     resume_of: str | None = None,
     approval_id: int | None = None,
+    started: StartedSpan | None = None,
 ) -> Any:
     """`invoke_agent <agent>`: the run's execution on a worker (a context manager).
 
-    A fresh run's span is a child of the current one (the message's `process execute_run`). A
+    A fresh run's span is a child of the current one (the message's `process execute_run`);
+    `started` is that span when it was started before the claim (`start_agent_span`). A
     resumed run's (`resume_of`: the run's saved traceparent) is a child of the run's own trace,
     with a link to the current span -- the decision's request, through its message."""
     if not tracing.ENABLED:
         return _OFF
     from opentelemetry import trace
     from opentelemetry.trace import Link
+
+    if started is not None and resume_of is None:
+        span = started.span
+        if agent_name:
+            span.update_name(f"{INVOKE_AGENT} {agent_name}")
+        span.set_attributes(
+            {
+                GEN_AI_AGENT_ID: str(agent_id),
+                USER_ID: str(owner_id),
+                **({GEN_AI_AGENT_NAME: agent_name} if agent_name else {}),
+                **({SESSION_ID: session_id} if session_id else {}),
+            }
+        )
+        return _current(span)
 
     context = None
     links: list[Any] = []
@@ -220,13 +282,6 @@ def agent_span(
         context=context,
         links=links,
     )
-
-
-def name_agent(handle: SpanHandle, agent_name: str | None) -> None:
-    """Name a run's span after its agent, once the name is read (`invoke_agent <agent>`)."""
-    if handle.span is not None and agent_name:
-        handle.span.update_name(f"{INVOKE_AGENT} {agent_name}")
-        handle.span.set_attribute(GEN_AI_AGENT_NAME, agent_name)
 
 
 def chat_span(provider: str, request: Any) -> Any:

@@ -184,14 +184,15 @@ def _disabled_instrumentations(environ: Mapping[str, str]) -> frozenset[str]:
 
 
 def _instrument(provider: TracerProvider, *, disabled: frozenset[str]) -> None:
-    from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
-    chosen = {"asyncpg": AsyncPGInstrumentor, "httpx": HTTPXClientInstrumentor}
+    from agent_engine.observability.sql_spans import AsyncPGInstrumentor
+
+    chosen: dict[str, Any] = {"asyncpg": AsyncPGInstrumentor, "httpx": HTTPXClientInstrumentor}
     for name, make in chosen.items():
         if name in disabled:
             continue
-        instrumentor = make()  # type: ignore[no-untyped-call]
+        instrumentor = make()
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(tracer_provider=provider)
             _instrumentors.append(instrumentor)

@@ -19,7 +19,7 @@ with its decision, and the next slot handed on is its.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +36,7 @@ from agent_engine.db.lane import autocommit
 from agent_engine.db.platform import PlatformSettings
 from agent_engine.domain.gate import LOCK_MESSAGES, closed_lock
 from agent_engine.domain.runs import RunReason, RunState
+from agent_engine.observability.genai_spans import StartedSpan
 from agent_engine.runs import model_slots, resume_gate, seen_platform
 from agent_engine.runs.budget import agents_over_cap, owners_over_budget
 from agent_engine.runs.request import Enqueue
@@ -67,18 +68,29 @@ class Claim:
     # A parked run taken back after its owner's decision (or the approval's expiry), or after
     # its owner connected the account it waited for (or the wait's expiry).
     resumed: Decided | Resolved | None = None
+    # Tracing on: the run's span, started before the claim; its traceparent was saved by the
+    # start (`runs/run_trace.py` carries on with it; a claim that started nothing drops it).
+    span: StartedSpan | None = None
 
 
 async def claim_run(
-    engine: AsyncEngine, run_id: int, *, now: datetime, enqueue: Enqueue | None = None
+    engine: AsyncEngine,
+    run_id: int,
+    *,
+    now: datetime,
+    enqueue: Enqueue | None = None,
+    span: StartedSpan | None = None,
 ) -> Claim:
     """queued → running, or → skipped (budget spent) / failed (gate closed since the request),
     or left queued when its model has no free slot (`model_slots`).
 
     A run set running comes with its context, from the same locking read. `enqueue` hands a slot
     on when a run of a limited model ended here without running (others may wait behind it).
+    `span` (tracing on): the run's span, whose traceparent a fresh start saves on the run.
     """
-    claim = await _claim(engine, run_id, now=now)
+    claim = await _claim(engine, run_id, now=now, trace_parent=span.traceparent if span else None)
+    if span is not None and claim.state is RunState.RUNNING and claim.resumed is None:
+        claim = replace(claim, span=span)
     if (
         claim.state in (RunState.SKIPPED, RunState.FAILED)
         and claim.model_limit is not None
@@ -89,7 +101,9 @@ async def claim_run(
     return claim
 
 
-async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim | None:
+async def _claim_at_once(
+    engine: AsyncEngine, run_id: int, *, now: datetime, trace_parent: str | None
+) -> Claim | None:
     """The plain start in one statement; None when the transaction must decide."""
     seen = seen_platform.seen()
     if seen is None:
@@ -98,7 +112,12 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
         row = await direct.fetch_one(
             conn,
             runs_sql.CLAIM_AT_ONCE,
-            {"run_id": run_id, **seen_platform.budget_params(seen, now), "now": utc_now()},
+            {
+                "run_id": run_id,
+                **seen_platform.budget_params(seen, now),
+                "now": utc_now(),
+                "trace_parent": trace_parent,
+            },
         )
     if row is None:
         return Claim(run_id, None)
@@ -113,8 +132,10 @@ async def _claim_at_once(engine: AsyncEngine, run_id: int, *, now: datetime) -> 
     )
 
 
-async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
-    at_once = await _claim_at_once(engine, run_id, now=now)
+async def _claim(
+    engine: AsyncEngine, run_id: int, *, now: datetime, trace_parent: str | None
+) -> Claim:
+    at_once = await _claim_at_once(engine, run_id, now=now, trace_parent=trace_parent)
     if at_once is not None:
         return at_once
     async with engine.begin() as conn:
@@ -174,7 +195,13 @@ async def _claim(engine: AsyncEngine, run_id: int, *, now: datetime) -> Claim:
             return Claim(run_id, RunState.QUEUED, model_id=model_id, model_limit=admission.limit)
         await conn.execute(
             runs_sql.START,
-            {"run_id": run_id, "model_id": model_id, "model": row.model, "now": utc_now()},
+            {
+                "run_id": run_id,
+                "model_id": model_id,
+                "model": row.model,
+                "now": utc_now(),
+                "trace_parent": trace_parent,
+            },
         )
         return Claim(
             run_id,

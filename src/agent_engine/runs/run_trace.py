@@ -3,8 +3,9 @@ each stretch a worker executes, the trace context saved on the run, the park, th
 delivery joining it. The span and attribute names are `observability/tracing.py`'s.
 
 - A fresh run's span is a child of the current one (its message's `process execute_run`, itself a
-  child of the API request or the schedule tick that sent it); its traceparent is saved on the run
-  (`agent_runs.trace_parent`) -- what `Run.traceId` shows.
+  child of the API request or the schedule tick that sent it). It is started just before the
+  claim (`genai_spans.start_agent_span`), so that the claim's start saves its traceparent on the
+  run (`agent_runs.trace_parent`, what `Run.traceId` shows) in the statement it makes anyway.
 - A park ends the span with an event naming the approval: no span is held open across the wait.
 - The resume (the decision's message, on any worker) is a new `invoke_agent` span whose parent is
   the run's saved context, linked to the decision's request.
@@ -54,28 +55,28 @@ async def traced_run(engine: AsyncEngine, claim: Claim) -> AsyncIterator[TracedR
         yield _UNTRACED
         return
     resumed = claim.resumed
-    found = None
+    saved = None
     if resumed is not None:
         # The resume continues the run's trace: its saved context is the new span's parent.
         async with engine.connect() as conn:
             found = await run_traces.load_run_trace(conn, claim.run_id)
-    saved = found.trace_parent if found is not None else None
+        saved = found.trace_parent if found is not None else None
     with spans.agent_span(
-        agent_name=found.agent_name if found is not None else None,
+        agent_name=ctx.agent_name,
         agent_id=ctx.agent_id,
         run_id=claim.run_id,
         owner_id=ctx.owner_id,
         resume_of=saved,
         # A connection wait's resume has no decision to link (its owner connected or it expired).
         approval_id=getattr(resumed, "approval_id", None),
+        # A fresh run's span, started before the claim, which saved its traceparent.
+        started=claim.span,
     ) as handle:
-        if saved is None:
-            # A fresh run (or one parked before tracing was on): this span's context is the
-            # run's from now on; the same statement names the span after its agent.
+        if saved is None and claim.span is None:
+            # A run parked before tracing was on: this span's context is the run's from now on.
             traceparent = tracing.current_traceparent()
             if traceparent is not None:
-                name = await run_traces.save_trace_parent(engine, claim.run_id, traceparent)
-                spans.name_agent(handle, name)
+                await run_traces.save_trace_parent(engine, claim.run_id, traceparent)
         traced = TracedRun(handle)
         yield traced
         handle.set(tracing.RUN_OUTCOME, str(traced.state) if traced.state else None)

@@ -51,6 +51,8 @@ class RunContext:
     max_tokens_per_run: int | None = None
     # A retry run: the failed run it continues (its transcript was carried over as reused steps).
     retry_of: int | None = None
+    # The agent's name (what the run's trace span is named after).
+    agent_name: str = ""
 
 
 async def load_run_context(conn: AsyncConnection, run_id: int) -> RunContext | None:
@@ -86,4 +88,5 @@ def run_context_from_row(row: Any, *, platform: PlatformSettings) -> RunContext 
         mcp_tools=tuple(McpTool.from_json(value) for value in (row.mcp_tools or ())),
         max_tokens_per_run=row.max_tokens_per_run,
         retry_of=row.retry_of,
+        agent_name=row.agent_name,
     )

@@ -101,7 +101,11 @@ async def execute_run(run_id: int) -> None:
     try:
         with structlog.contextvars.bound_contextvars(run_id=run_id):
             claim = await execute.claim_run(
-                context.engine, run_id, now=execute.utc_now(), enqueue=context.enqueue_execute
+                context.engine,
+                run_id,
+                now=execute.utc_now(),
+                enqueue=context.enqueue_execute,
+                span=spans.start_agent_span(run_id),
             )
     except DATABASE_ERRORS as exc:
         # Nothing was claimed (the claim is one transaction): Dramatiq retries the message with
