@@ -13,6 +13,7 @@ tree of the commit before tracing came (`git archive` of the parent of the commi
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import tarfile
@@ -150,10 +151,12 @@ async def one_round(
         await _wait_finished(conn, list(warm), within=90)
         proc = psutil.Process(worker.pid)
         before = proc.cpu_times()
+        switches_before = _switches(proc)
         started = time.perf_counter()
         ids = await asyncio.gather(*(request(a, semaphore) for a in range(1, runs + 1)))
         await _wait_finished(conn, list(ids), within=max(90.0, runs / 10))
         after = proc.cpu_times()
+        switches_after = _switches(proc)
         seconds = time.perf_counter() - started
         succeeded = await conn.fetchval(
             "SELECT count(*) FROM agent_runs WHERE id = ANY($1::bigint[]) AND state = 'succeeded'",
@@ -171,14 +174,32 @@ async def one_round(
         "succeeded": int(succeeded),
         "seconds": seconds,
         "worker_cpu_ms_per_run": cpu * 1000 / runs,
+        "worker_user_ms_per_run": (after.user - before.user) * 1000 / runs,
+        "worker_system_ms_per_run": (after.system - before.system) * 1000 / runs,
+        "worker_context_switches_per_run": (switches_after - switches_before) / runs,
         "spans_received": receiver.count - received_before,
     }
 
 
-async def off_path_us_per_run(iterations: int) -> float:
-    """What tracing's hooks cost a run while tracing is off, in this process (tracing is off
-    here): the queue middleware's three hooks, the run's span, two model calls and a tool call
-    -- the code a worker runs, timed without the noise of a whole run around it."""
+def _switches(proc: psutil.Process) -> int:
+    """The worker's context switches so far, voluntary and involuntary, over all its threads."""
+    total = 0
+    for status in Path(f"/proc/{proc.pid}/task").glob("*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        total += sum(int(line.split()[1]) for line in lines if "ctxt_switches" in line)
+    return total
+
+
+async def hooks_us_per_run(iterations: int, *, endpoint: str | None = None) -> float:
+    """What tracing's hooks cost a run in this process: the queue middleware's three hooks, the
+    run's span (started before the claim), two model calls and a tool call -- the code a worker
+    runs, timed without the noise of a whole run around it. Tracing off unless `endpoint` is
+    given; then the spans are exported over OTLP/HTTP there and the export (its thread's CPU
+    included: `process_time` counts every thread) is inside the timing (keep `iterations` x 5
+    spans under the SDK's queue of 2,048, or spans are dropped instead of exported)."""
     from contextvars import copy_context
 
     import dramatiq
@@ -188,17 +209,34 @@ async def off_path_us_per_run(iterations: int) -> float:
     from agent_engine.observability import tracing
     from agent_engine.runs.claim import Claim
     from agent_engine.runs.run_trace import traced_run
-    from agent_engine.runtime.providers.base import ModelRequest, ToolCall
+    from agent_engine.runtime.context import ModelSpec, RunContext
+    from agent_engine.runtime.providers.base import ModelReply, ModelRequest, ToolCall
     from agent_engine.runtime.tools.spec import ToolSpec
     from agent_engine.workers.tracing import TraceContextMiddleware
 
-    assert not tracing.ENABLED
+    if endpoint is not None:
+        # The exporter reads its endpoint from the process's environment.
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+        tracing.configure_tracing("bench", set_global=False)
+    assert (endpoint is not None) == tracing.ENABLED
     middleware = TraceContextMiddleware()
     message: Any = dramatiq.Message(
         queue_name="runs", actor_name="execute_run", args=(1,), kwargs={}, options={}
     )
-    claim = Claim(1, RunState.RUNNING)
+    context = RunContext(
+        run_id=1,
+        agent_id=1,
+        owner_id=1,
+        owner_timezone="UTC",
+        prompt="p",
+        model=ModelSpec(provider="openai", model="m", base_url=None, api_key_env=None),
+        optional_tools=(),
+        platform_prompt="",
+        iteration_cap=10,
+        agent_name="bench",
+    )
     request = ModelRequest(model="m", messages=[], tools=[])
+    reply = ModelReply(content="done", tokens_used=30, prompt_tokens=20)
     call = ToolCall(id="c", name="t", arguments="{}")
     spec: Any = ToolSpec(name="t", description="", parameters={}, handler=None)  # type: ignore[arg-type]
     broker: Any = None
@@ -208,17 +246,24 @@ async def off_path_us_per_run(iterations: int) -> float:
         middleware.before_enqueue(broker, message, 0)
 
     started = time.process_time()
-    for _ in range(iterations):
-        copy_context().run(send)
-        middleware.before_process_message(broker, message)
-        async with traced_run(engine, claim) as traced:
-            for _ in range(2):
-                with spans.chat_span("openai", request) as span:
-                    spans.model_reply(span, None)
-            with spans.tool_span(spec, call) as span:
-                span.result("r")
-            traced.ended(RunState.SUCCEEDED)
-        middleware.after_process_message(broker, message, result=None)
+    try:
+        for _ in range(iterations):
+            copy_context().run(send)
+            middleware.before_process_message(broker, message)
+            claim = Claim(1, RunState.RUNNING, context=context, span=spans.start_agent_span(1))
+            async with traced_run(engine, claim) as traced:
+                for _ in range(2):
+                    with spans.chat_span("openai", request) as span:
+                        spans.model_reply(span, reply)
+                with spans.tool_span(spec, call) as span:
+                    span.result("r")
+                traced.ended(RunState.SUCCEEDED)
+            middleware.after_process_message(broker, message, result=None)
+        tracing.force_flush()
+    finally:
+        if endpoint is not None:
+            tracing.shutdown_tracing()
+            del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     return (time.process_time() - started) / iterations * 1e6
 
 
@@ -255,7 +300,11 @@ async def run(bench: Bench) -> ScenarioResult:
     finally:
         fake.stop()
     cpu = {c: median([r["worker_cpu_ms_per_run"] for r in measured[c]]) for c in configs}
-    hooks_us = median([await off_path_us_per_run(20_000) for _ in range(3)])
+    hooks_us = median([await hooks_us_per_run(20_000) for _ in range(3)])
+    with OtlpReceiver(keep=False) as receiver:
+        on_hooks_us = median(
+            [await hooks_us_per_run(300, endpoint=receiver.endpoint) for _ in range(5)]
+        )
     complete = all(r["succeeded"] == runs for rs in measured.values() for r in rs)
     spans_per_run = median([r["spans_received"] / runs for r in measured[ON]])
     spans_no_sql = median([r["spans_received"] / runs for r in measured[ON_NO_SQL]])
@@ -294,7 +343,19 @@ async def run(bench: Bench) -> ScenarioResult:
             ok=hooks_us / 1000 <= (TARGET_OFF_RATIO - 1) * reference_ms,
             note=f"{hooks_us:.1f} µs: the queue middleware's hooks, the run's span, two model "
             "calls and a tool call, with tracing off",
-        )
+        ),
+        Row(
+            "tracing on: the same hooks' CPU per run, spans exported (in process, no SQL)",
+            on_hooks_us / 1000,
+            "ms CPU",
+            baseline=cpu[OFF],
+            baseline_label="a run, off",
+            target="(informative)",
+            ok=True,
+            note=f"{on_hooks_us:.0f} µs for 5 spans, OTLP/HTTP export included: what the SDK "
+            "costs per span single-threaded; the worker row above adds its SQL spans and the "
+            "threaded worker's overhead (more CPU per run means more GIL hand-offs)",
+        ),
     )
     if base is not None:
         result.add(
@@ -314,6 +375,7 @@ async def run(bench: Bench) -> ScenarioResult:
         "rounds": measured,
         "cpu_ms_per_run": cpu,
         "off_hooks_us_per_run": hooks_us,
+        "on_hooks_us_per_run": on_hooks_us,
         "base": base[1] if base else None,
     }
     return result
